@@ -1,0 +1,99 @@
+// faultline-scenarios: the scenario binary the harness re-execs, one scenario per process.
+//
+//   faultline-scenarios list [--json]
+//   faultline-scenarios run NAME        (reads FAULTLINE_SEED, FAULTLINE_FAULTS, FAULTLINE_RUN_DIR)
+//
+// Exit status of `run`: 0 pass, 1 an invariant was violated, 2 bad usage or set-up error; a
+// crash is a crash. Runs are normally started by `faultline run`, which adds the outer timeout,
+// stacks and classification; running one by hand is how a failure is debugged.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "faults/engine.h"
+#include "harness/agent/agent.h"
+#include "scenarios/scenario.h"
+
+namespace {
+
+namespace fs = faultline::scenarios;
+
+constexpr const char* usage =
+    "usage: faultline-scenarios list [--json]\n"
+    "       faultline-scenarios run NAME\n"
+    "Runs one scenario of faultline's reproducer catalog in this process. Environment:\n"
+    "  FAULTLINE_SEED    seed for the run's generators (decimal, default 1)\n"
+    "  FAULTLINE_FAULTS  fault spec, e.g. 'bug/alloc/no-drain=print'\n"
+    "  FAULTLINE_DEVICE  auto|sim|cuda\n";
+
+int list(bool json) {
+  if (json) {
+    auto out = nlohmann::json::array();
+    for (const auto& s : fs::catalog().all()) {
+      auto bugs = nlohmann::json::array();
+      for (const auto& b : s.bug_points) {
+        bugs.push_back({{"point", b.point}, {"faults", b.faults}, {"detect_rate", b.detect_rate},
+                        {"expect", b.expect}});
+      }
+      out.push_back({{"name", s.name}, {"description", s.description},
+                     {"timeout_ms", s.timeout_ms}, {"bug_points", bugs}});
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  for (const auto& s : fs::catalog().all()) {
+    std::printf("%-28s %s\n", s.name.c_str(), s.description.c_str());
+    for (const auto& b : s.bug_points) std::printf("  %-26s -> %s\n", b.point.c_str(), b.expect.c_str());
+  }
+  return 0;
+}
+
+bool parse_seed(const char* text, std::uint64_t& seed) {
+  if (text == nullptr || *text == '\0') return true;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(text, &end, 10);
+  if (errno != 0 || *end != '\0' || *text == '-') return false;
+  seed = v;
+  return true;
+}
+
+int run(std::string_view name) {
+  const fs::scenario* s = fs::catalog().find(name);
+  if (s == nullptr) {
+    std::fprintf(stderr, "faultline-scenarios: no scenario named '%.*s' (see `list`)\n",
+                 static_cast<int>(name.size()), name.data());
+    return 2;
+  }
+  std::uint64_t seed = 1;
+  if (!parse_seed(std::getenv("FAULTLINE_SEED"), seed)) {
+    std::fprintf(stderr, "faultline-scenarios: FAULTLINE_SEED='%s' is not a decimal seed\n",
+                 std::getenv("FAULTLINE_SEED"));
+    return 2;
+  }
+  faultline::agent::install();
+  if (auto st = faultline::faults::configure_from_environment(); !st) {
+    std::fprintf(stderr, "faultline-scenarios: %s\n", st.to_string().c_str());
+    return 2;
+  }
+  return fs::run_scenario(*s, seed);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string_view cmd = argc > 1 ? argv[1] : "";
+  if (cmd == "list" && (argc == 2 || (argc == 3 && std::string_view(argv[2]) == "--json"))) {
+    return list(argc == 3);
+  }
+  if (cmd == "run" && argc == 3) return run(argv[2]);
+  if (cmd == "-h" || cmd == "--help") {
+    std::fputs(usage, stdout);
+    return 0;
+  }
+  std::fputs(usage, stderr);
+  return 2;
+}

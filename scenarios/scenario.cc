@@ -1,0 +1,152 @@
+#include "scenarios/scenario.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "harness/agent/agent.h"
+
+namespace faultline::scenarios {
+
+namespace {
+
+struct exit_probe {
+  std::string invariant;
+  std::function<std::string()> probe;
+};
+
+// Leaked on purpose: the probes run from an atexit hook after static destructors may have run.
+std::vector<exit_probe>& exit_probes() {
+  static auto* probes = new std::vector<exit_probe>();
+  return *probes;
+}
+std::mutex& exit_probes_mu() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+
+void report(std::string_view invariant, std::string_view detail) {
+  std::string line = "invariant violated: " + std::string(invariant);
+  if (!detail.empty()) line += ": " + std::string(detail);
+  line += "\n";
+  // write(2), not stdio: this also runs from the exit hook, after stdio may be torn down.
+  ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+  (void)ignored;
+}
+
+void run_exit_probes() {
+  bool violated = false;
+  std::lock_guard lock(exit_probes_mu());
+  for (const auto& p : exit_probes()) {
+    std::string detail = p.probe();
+    if (!detail.empty()) {
+      report(p.invariant, detail);
+      violated = true;
+    }
+  }
+  if (violated) ::_exit(1);
+}
+
+bool valid_name(std::string_view name) {
+  auto slash = name.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == name.size()) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '/' || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::uint64_t rng::next() noexcept {
+  std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+std::uint64_t rng::between(std::uint64_t lo, std::uint64_t hi) noexcept {
+  std::uint64_t span = hi - lo + 1;
+  if (span == 0) return next();  // the full 64-bit range
+  // Multiply-shift maps 64 random bits onto [0, span) without a modulo's bias for small spans.
+  return lo + static_cast<std::uint64_t>((static_cast<unsigned __int128>(next()) * span) >> 64);
+}
+
+bool context::check(bool ok, std::string_view invariant, std::string_view detail) {
+  if (ok) return true;
+  std::lock_guard lock(mu_);
+  ++violations_;
+  report(invariant, detail);
+  return false;
+}
+
+bool context::check(const core::status& s, std::string_view invariant) {
+  return check(s.is_ok(), invariant, s.is_ok() ? std::string() : s.to_string());
+}
+
+void context::require(bool ok, std::string_view invariant, std::string_view detail) {
+  if (ok) return;
+  report(invariant, detail);
+  std::fflush(nullptr);
+  ::_exit(1);
+}
+
+void context::check_at_exit(std::string invariant, std::function<std::string()> probe) {
+  std::lock_guard lock(exit_probes_mu());
+  exit_probes().push_back({std::move(invariant), std::move(probe)});
+}
+
+void context::note(std::string_view text) {
+  std::fprintf(stderr, "[%s] %.*s\n", name_.c_str(), static_cast<int>(text.size()), text.data());
+}
+
+std::size_t context::violations() const {
+  std::lock_guard lock(mu_);
+  return violations_;
+}
+
+core::status registry::add(scenario s) {
+  if (!valid_name(s.name)) {
+    return {core::errc::invalid_argument,
+            "scenario name '" + s.name + "' must be family/name in lower case"};
+  }
+  if (find(s.name) != nullptr) {
+    return {core::errc::already_exists, "scenario '" + s.name + "' registered twice"};
+  }
+  if (!s.run) return {core::errc::invalid_argument, "scenario '" + s.name + "' has no body"};
+  scenarios_.push_back(std::move(s));
+  return {};
+}
+
+const scenario* registry::find(std::string_view name) const noexcept {
+  for (const auto& s : scenarios_) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+const registry& catalog() {
+  static const registry* r = [] {
+    auto* built = new registry();
+    register_exit_scenarios(*built);
+    return built;
+  }();
+  return *r;
+}
+
+int run_scenario(const scenario& s, std::uint64_t seed) {
+  // Registered before anything initialises the device runtime, so it runs after the runtime's
+  // own teardown: the only place "no device call after teardown" can be checked.
+  if (std::atexit(run_exit_probes) != 0) {
+    std::fprintf(stderr, "faultline-scenarios: atexit failed\n");
+    return 2;
+  }
+  context ctx(s.name, seed);
+  s.run(ctx);
+  agent::mark(agent::marker_work_end);
+  return ctx.violations() == 0 ? 0 : 1;
+}
+
+}  // namespace faultline::scenarios

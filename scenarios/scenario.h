@@ -1,0 +1,122 @@
+// The scenario registry: the reproducer catalog's shape (DESIGN.md §6).
+//
+// A scenario re-creates one bug class. It is a function that drives the core under faults and
+// checks invariants through its `context`; it is registered with a name `family/name`, a default
+// timeout, and the bug points that re-create the historical bug, each with the fault spec that
+// runs that variant and the detection rate `faultline verify` must see.
+//
+//   void static_pool(scenarios::context& ctx) {
+//     ...arrange, inject, act...
+//     ctx.check(pool.check_invariants(), "allocator-invariants");
+//   }
+//   registry.add({.name = "exit/static-pool", .timeout_ms = 20000, .run = static_pool,
+//                 .bug_points = {{"bug/alloc/no-exit-guard", "bug/alloc/no-exit-guard=print"}}});
+//
+// Each run is its own process (`faultline-scenarios run NAME`, re-exec'd by the harness). A run
+// passes when the process exits 0; `check` failures print "invariant violated: NAME: detail" and
+// make the process exit 1 — at the end of the work, or at once for `require`. Checks that only
+// hold after process exit (no device call after the runtime's teardown) are registered with
+// `check_at_exit` and run by an atexit hook that the runner registers before the device runtime
+// initialises, so it runs after the runtime's teardown.
+//
+// Thread safety: a context may be used from the scenario's threads; checks are serialised.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace faultline::scenarios {
+
+/// One bug point of a scenario: the spec that enables it (plus any fault that makes the race
+/// deterministic) and the detection rate verify requires.
+struct bug_variant {
+  std::string point;          ///< "bug/alloc/no-exit-guard"
+  std::string faults;         ///< full FAULTLINE_FAULTS spec for this variant
+  double detect_rate = 0.95;  ///< fraction of runs that must not pass
+  std::string expect;         ///< what detection looks like: "fail", "crash", "crash at exit", ...
+};
+
+class context;
+
+/// A registered scenario.
+struct scenario {
+  std::string name;         ///< "family/name"
+  std::string description;  ///< one line: the bug class and where it came from
+  int timeout_ms = 20000;   ///< default outer timeout per run
+  std::function<void(context&)> run;
+  std::vector<bug_variant> bug_points;
+};
+
+/// A seeded generator (splitmix64) with portable mappings; no std distributions.
+class rng {
+ public:
+  explicit rng(std::uint64_t seed) noexcept : state_(seed) {}
+  std::uint64_t next() noexcept;
+  /// Uniform in [lo, hi] (inclusive); lo <= hi.
+  std::uint64_t between(std::uint64_t lo, std::uint64_t hi) noexcept;
+
+ private:
+  std::uint64_t state_;
+};
+
+/// What a running scenario sees: its seed, generator, and invariant checks.
+class context {
+ public:
+  context(std::string name, std::uint64_t seed) : name_(std::move(name)), seed_(seed), rng_(seed) {}
+
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] std::uint64_t seed() const noexcept { return seed_; }
+  rng& random() noexcept { return rng_; }
+
+  /// Records a violation of `invariant` when `ok` is false; the run fails at the end of its work.
+  bool check(bool ok, std::string_view invariant, std::string_view detail = {});
+  /// Same for a status: a non-ok status is a violation whose detail is the status text.
+  bool check(const core::status& s, std::string_view invariant);
+  /// A violation that makes going on meaningless: reported, then the process exits 1 at once.
+  void require(bool ok, std::string_view invariant, std::string_view detail = {});
+  /// Registers a check run after the device runtime's teardown (at the very end of exit).
+  /// It returns a non-empty detail string to report a violation of `invariant`.
+  void check_at_exit(std::string invariant, std::function<std::string()> probe);
+  /// Prints a progress/info line to stderr, prefixed with the scenario name.
+  void note(std::string_view text);
+
+  [[nodiscard]] std::size_t violations() const;
+
+ private:
+  friend int run_scenario(const scenario&, std::uint64_t);
+  std::string name_;
+  std::uint64_t seed_;
+  rng rng_;
+  mutable std::mutex mu_;
+  std::size_t violations_ = 0;
+};
+
+/// The catalog. `all()` is in registration order; names are unique.
+class registry {
+ public:
+  /// Adds a scenario; invalid_argument for a duplicate or malformed name (must be family/name).
+  core::status add(scenario s);
+  [[nodiscard]] const std::vector<scenario>& all() const noexcept { return scenarios_; }
+  [[nodiscard]] const scenario* find(std::string_view name) const noexcept;
+
+ private:
+  std::vector<scenario> scenarios_;
+};
+
+/// The full catalog, built once (every family registers itself here explicitly).
+const registry& catalog();
+
+/// Family registration functions, one per scenario family file.
+void register_exit_scenarios(registry& r);
+
+/// Runs one scenario in this process and returns the process exit status to use (0 pass,
+/// 1 invariant violated). Called by the scenario binary after the agent and faults are set up.
+int run_scenario(const scenario& s, std::uint64_t seed);
+
+}  // namespace faultline::scenarios
