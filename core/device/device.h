@@ -73,7 +73,7 @@ class backend {
   /// Selects the calling thread's current device.
   virtual status set_device(int device) noexcept = 0;
   virtual result<int> current_device() noexcept = 0;
-  /// Free and total bytes of the current device.
+  /// Free and total bytes of `device` (the current device is left as it was).
   virtual result<memory_info> memory(int device) noexcept = 0;
   /// An NVML-style utilisation query (percent busy). Slow on purpose: milliseconds on real
   /// hardware, a configurable latency on the sim. Never call it under a lock.

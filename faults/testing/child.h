@@ -1,0 +1,69 @@
+// Test helper: re-executes the running test binary as a child process that runs one test.
+//
+//   pid_t pid = faults::testing::spawn_self("rendezvous.DISABLED_child_meets", {"FAULTLINE_TEST_RV=x"});
+//   EXPECT_EQ(faults::testing::wait_exit(pid, std::chrono::seconds(30)), 0);
+//
+// This is GoogleTest's "threadsafe" death-test style applied to cooperating processes: the child
+// starts from exec, never from a fork of a process that may already run threads. Child tests are
+// named DISABLED_* so that they run only when spawned (the helper passes
+// --gtest_also_run_disabled_tests) and check an environment variable so a stray run is a no-op.
+// Test-only; header-only.
+#pragma once
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace faultline::faults::testing {
+
+/// Starts this binary with --gtest_filter=`filter` and `extra_env` ("NAME=value") added to the
+/// environment. Returns the child's pid, or -1 when posix_spawn failed (errno-style code lost).
+inline pid_t spawn_self(const std::string& filter, const std::vector<std::string>& extra_env) {
+  std::string exe = "/proc/self/exe";
+  std::string filter_arg = "--gtest_filter=" + filter;
+  std::string disabled_arg = "--gtest_also_run_disabled_tests";
+  std::vector<char*> argv{exe.data(), filter_arg.data(), disabled_arg.data(), nullptr};
+  std::vector<std::string> env_storage(extra_env);
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  for (auto& e : env_storage) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data()) != 0) return -1;
+  return pid;
+}
+
+/// Waits for `pid` at most `timeout`. Returns its exit code when it exited, 128 + signal when a
+/// signal killed it, or -1 when it was still running at the deadline (it is then SIGKILLed and
+/// reaped, so no child outlives the test).
+inline int wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int wstatus = 0;
+    pid_t r = waitpid(pid, &wstatus, WNOHANG);
+    if (r == pid) {
+      if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+      if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+    } else if (r < 0 && errno != EINTR) {
+      return -1;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+      }
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace faultline::faults::testing
