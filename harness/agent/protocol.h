@@ -7,22 +7,47 @@
 // record per line, written with write(2) only (safe in signal handlers, survives any crash).
 //
 // Files in $FAULTLINE_RUN_DIR (PID = the writing process's pid):
-//   agent.PID    created when the agent starts in a process: "PID PPID EXE\n". The runner sends
-//                the stack-dump signal only to processes that have this file.
+//   agent.PID    created when the agent starts in a process: "PID PPID EXE\n". Also written by a
+//                child that fork()s from an agent-carrying process (it inherits the handlers).
+//                The runner sends the stack-dump signal only to processes that have this file,
+//                and should also check that the signal is caught (its bit in SigCgt of
+//                /proc/PID/status): a forked child that exec'd a program without the agent has
+//                the file but not the handler, and the signal's default action would kill it.
 //   phase.PID    appended markers, one per line, in order:
-//                  "run"            agent started (the work phase)
+//                  "run"            agent started (the work phase); again after fork() in the child
 //                  "work-end"       a scenario finished its work (scenarios mark it themselves)
 //                  "main-returned"  main() returned (preload: wrapped __libc_start_main)
-//                  "exit"           exit() began (preload: interposed exit())
+//                  "exit"           exit() began (preload: interposed exit(); exit() called
+//                                   inside libc itself, e.g. by error(), is not seen)
 //                A crash or hang after any of the last three is in phase `exit`.
-//   crash.PID    written by the crash handler: line 1 "signal N NAME", line 2 "thread TID",
-//                then one frame per line: "#K ADDR MODULE+OFFSET FUNCTION" where FUNCTION is the
-//                demangled symbol or "??" (the runner symbolises "??" frames with addr2line).
+//   crash.PID    written by the crash handler: line 1 "signal N NAME", line 2 "thread TID NAME"
+//                (NAME: the thread's name, may be empty), then one frame per line:
+//                "#K ADDR MODULE+OFFSET FUNCTION".
 //   stacks.PID   written on the stack-dump signal: for every thread, "thread TID NAME" followed
-//                by frame lines in the crash-file format, then a blank line.
+//                by frame lines in the crash-file format, then a blank line; after the last
+//                thread, a line "end". A thread that did not answer in time (signal blocked,
+//                thread stuck) has its header line and no frames. Every dump is appended, so a
+//                second signal adds a second set of blocks and a second "end".
+//
+// Frame lines:
+//   K         0 is the innermost frame: the exact instruction where the thread was interrupted
+//             (the faulting instruction for a crash). Frames K >= 1 are return addresses: to
+//             name the call site, symbolise OFFSET-1.
+//   ADDR      the absolute address, "0x" lowercase hex.
+//   MODULE    the absolute path of the ELF file holding ADDR (the main program's path comes from
+//             /proc/self/exe), or "??" when ADDR lies in no loaded module (then OFFSET = ADDR).
+//   OFFSET    ADDR minus the module's load bias, "0x" hex: the address `addr2line -e MODULE`
+//             takes (for a PIE or a shared library, the offset from its load base; for a non-PIE
+//             executable, ADDR itself).
+//   FUNCTION  the rest of the line: the demangled symbol from the dynamic symbol table (programs
+//             built with -rdynamic export theirs); the raw mangled name ("_Z...") where the agent
+//             could not demangle safely (a thread running its handler without the agent's
+//             alternate signal stack, or an over-long name) — the runner demangles it; or "??"
+//             when the address has no exported symbol (the runner symbolises it with addr2line).
 //
 // Environment read by the agent:
-//   FAULTLINE_RUN_DIR      where to write; without it the agent installs nothing.
+//   FAULTLINE_RUN_DIR      where to write; without it the agent installs nothing. A relative
+//                          path is taken against the working directory at install time.
 //   FAULTLINE_AGENT_QUIET  "1": do not also print crash backtraces to stderr.
 #pragma once
 
@@ -43,8 +68,13 @@ inline constexpr const char* marker_work_end = "work-end";
 inline constexpr const char* marker_main_returned = "main-returned";
 inline constexpr const char* marker_exit = "exit";
 
+/// The line that closes one complete stack dump in stacks.PID.
+inline constexpr const char* stacks_end_line = "end";
+
 /// The signal that asks an agent-carrying process to dump every thread's stack. A real-time
-/// signal so that it queues and does not collide with SIGUSR1/2 that programs use.
+/// signal so that it queues and does not collide with SIGUSR1/2 that programs use. Send it with
+/// kill(2) (or tgkill/sigqueue from another process); the agent tells the runner's request apart
+/// from its own per-thread requests by the sender.
 inline int stack_dump_signal() noexcept { return SIGRTMIN + 7; }
 
 }  // namespace faultline::agent
