@@ -71,7 +71,8 @@ std::uint64_t rng::between(std::uint64_t lo, std::uint64_t hi) noexcept {
   std::uint64_t span = hi - lo + 1;
   if (span == 0) return next();  // the full 64-bit range
   // Multiply-shift maps 64 random bits onto [0, span) without a modulo's bias for small spans.
-  return lo + static_cast<std::uint64_t>((static_cast<unsigned __int128>(next()) * span) >> 64);
+  __extension__ using u128 = unsigned __int128;
+  return lo + static_cast<std::uint64_t>((static_cast<u128>(next()) * span) >> 64);
 }
 
 bool context::check(bool ok, std::string_view invariant, std::string_view detail) {

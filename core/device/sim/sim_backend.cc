@@ -362,6 +362,12 @@ class sim_backend final : public backend {
       reserve_none(dev.arena, dev.arena_bytes);
       dev.committed_bytes = 0;
     }
+    for (auto& h : held) {
+      if (h.owns_lock()) h.unlock();
+    }
+    // The real runtime's teardown takes a while after its state is gone; a delay here keeps the
+    // process alive long enough for calls parked in the check-to-use window to reach dead pages.
+    (void)FAULTLINE_POINT("sim/teardown/after-unmap");
   }
 
   status launch_host_func(stream s, void (*fn)(void*), void* arg) noexcept {

@@ -59,6 +59,8 @@
 //                                   fault, nothing freed
 //   sim/stream/op                   on the worker, before each queued op (delay widens it;
 //                                   fail(code) drops the op, counted in ops_dropped)
+//   sim/teardown/after-unmap        the teardown, after every context was unmapped (delay keeps
+//                                   the process alive so calls in flight reach the dead pages)
 //
 // Thread safety: every function may be called from any thread.
 #pragma once
