@@ -1,0 +1,499 @@
+#include "harness/cli.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <optional>
+
+#include "harness/campaign.h"
+#include "harness/detail/sys.h"
+#include "harness/duration.h"
+#include "harness/process.h"
+#include "harness/scenario_catalog.h"
+#include "harness/summary.h"
+
+namespace faultline::harness {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* about = R"(faultline - run a program or a reproducer scenario many times, in isolation, and say how it fails.
+
+Every run is a fresh process in its own process group under an outer timeout; the harness is a
+subreaper, so nothing the run forks escapes. A run that hangs has the stacks of every process of
+its tree captured (gdb, else the in-process agent, else /proc) before the tree is terminated
+(SIGTERM, grace period, SIGKILL) and reaped. Each run is classified as pass, fail, crash, hang,
+leak or error, with a phase (run: during the work; exit: at process exit) and a signature that
+groups failures with the same cause. Every run appends one JSON line to OUT/results.jsonl; its
+output is in OUT/logs/RUN.log and its files (crash reports, stacks) in OUT/runs/RUN/.
+
+Run k of a scenario or command gets seed S+k (FAULTLINE_SEED); the summary prints a command line
+that replays the first failure. Runs are numbered globally and sharded with --shard i/n or
+GTEST_TOTAL_SHARDS/GTEST_SHARD_INDEX (run k belongs to shard k mod n).
+
+Exit status: 0 when every run met its expectation, 1 when one did not, 2 for a usage or
+configuration error, 130 when interrupted.)";
+
+constexpr const char* run_about = R"(Run scenarios from the scenario binary (faultline-scenarios beside faultline, or
+$FAULTLINE_SCENARIOS). SCENARIO may be a shell pattern ("exit/*"). Each scenario's own timeout is
+the default per-run timeout.)";
+
+constexpr const char* exec_about = R"(Run a command repeatedly:  faultline exec [OPTIONS] -- CMD [ARGS...]
+The in-process agent (BUILD/lib/libfaultline_agent.so, beside the faultline binary) is preloaded so
+that crashes leave a backtrace and exit-time failures are told from work-time ones; gtest programs
+are asked for an XML report. Default per-run timeout: 10m.)";
+
+constexpr const char* verify_about = R"(Check that every scenario's clean variant never fails and that each of its bug points is
+detected (any outcome but pass) at least at the scenario's required rate. Prints a table; exit
+status 0 only when every row is OK.)";
+
+struct raw_args {
+  std::uint64_t repeat = 1;
+  std::string timeout, grace = "1s", seed, out = "faultline-out", shard, faults, stacks = "auto";
+  unsigned jobs = 1;
+  bool json = false, until_fail = false, no_stacks = false, all = false, no_preload = false;
+  std::vector<std::string> env, names;
+  double target_rate = 0;
+  CLI::Option* repeat_opt = nullptr;
+  CLI::Option* target_opt = nullptr;
+};
+
+struct settings {
+  std::uint64_t repeat = 1;
+  std::optional<std::chrono::milliseconds> timeout;
+  std::chrono::milliseconds grace{1000};
+  unsigned jobs = 1;
+  std::uint64_t seed = 0;
+  fs::path out;
+  bool json = false;
+  shard part;
+  std::vector<std::string> env;  // base environment of the runs
+  std::vector<std::string> user_env;  // the --env K=V pairs, for repro lines
+  std::optional<double> target_rate;
+  stack_options stacks;
+  std::string faults;
+  bool until_fail = false;
+};
+
+struct usage_error {
+  std::string message;
+};
+
+void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
+  a.repeat_opt = sub->add_option("--repeat,-n", a.repeat, "runs of each scenario or command (default 1; verify: 50; with --until-fail: 10000)")
+                     ->check(CLI::PositiveNumber);
+  sub->add_option("--timeout", a.timeout, "outer timeout of each run, e.g. 500ms, 30s, 2m");
+  sub->add_option("--jobs,-j", a.jobs, "runs at once (default 1)")->check(CLI::PositiveNumber);
+  sub->add_option("--seed", a.seed, "base seed S: run k gets S+k (default: from the clock, printed)");
+  sub->add_option("--out,-o", a.out, "output directory (default faultline-out)");
+  sub->add_flag("--json", a.json, "print one JSON summary object per line to stdout");
+  sub->add_option("--shard", a.shard, "perform only shard i of n (i/n): the runs k with k mod n == i");
+  sub->add_option("--env", a.env, "set K=V in every run's environment (repeatable)")->allow_extra_args(false);
+  a.target_opt = sub->add_option("--target-rate", a.target_rate, "report the runs still needed to claim a failure rate <= P at 95%");
+  sub->add_flag("--no-stacks", a.no_stacks, "do not capture stacks of hung runs");
+  sub->add_option("--stacks", a.stacks, "stack capture: auto (gdb, else agent, else /proc), gdb, agent, proc, none");
+  sub->add_option("--grace", a.grace, "time between SIGTERM and SIGKILL when ending a run (default 1s)");
+  if (with_faults) {
+    sub->add_option("--faults", a.faults, "fault spec given to every run as FAULTLINE_FAULTS");
+    sub->add_flag("--until-fail", a.until_fail, "stop starting runs after the first failure");
+  }
+}
+
+settings resolve(const raw_args& a, std::uint64_t default_repeat) {
+  settings s;
+  s.repeat = a.repeat_opt->count() ? a.repeat : (a.until_fail ? 10000 : default_repeat);
+  if (!a.timeout.empty()) {
+    auto t = parse_duration(a.timeout);
+    if (!t) throw usage_error{"--timeout: " + t.error().message()};
+    if (t->count() <= 0) throw usage_error{"--timeout must be positive"};
+    s.timeout = *t;
+  }
+  auto g = parse_duration(a.grace);
+  if (!g) throw usage_error{"--grace: " + g.error().message()};
+  s.grace = *g;
+  s.jobs = a.jobs;
+  if (!a.seed.empty()) {
+    auto [p, ec] = std::from_chars(a.seed.data(), a.seed.data() + a.seed.size(), s.seed);
+    if (ec != std::errc() || p != a.seed.data() + a.seed.size())
+      throw usage_error{"--seed '" + a.seed + "': expected a non-negative integer"};
+  } else {
+    s.seed = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  }
+  s.out = a.out;
+  s.json = a.json;
+  if (!a.shard.empty()) {
+    auto sh = parse_shard(a.shard);
+    if (!sh) throw usage_error{sh.error().message()};
+    s.part = *sh;
+  } else {
+    auto sh = shard_from_env();
+    if (!sh) throw usage_error{sh.error().message()};
+    if (*sh) s.part = **sh;
+  }
+  if (a.target_opt->count()) {
+    if (!(a.target_rate > 0 && a.target_rate < 1)) throw usage_error{"--target-rate must be between 0 and 1 (exclusive), e.g. 0.01"};
+    s.target_rate = a.target_rate;
+  }
+  auto method = stack_method_from_string(a.stacks);
+  if (!method) throw usage_error{"--stacks '" + a.stacks + "': expected auto, gdb, agent, proc or none"};
+  s.stacks.method = a.no_stacks ? stack_method::none : *method;
+  s.faults = a.faults;
+  s.until_fail = a.until_fail;
+
+  // The runs get faultline's environment without the sharding variables it consumed (a gtest
+  // program would otherwise shard itself again), plus --env.
+  s.env = current_environment();
+  for (const char* k : {"GTEST_TOTAL_SHARDS", "GTEST_SHARD_INDEX", "GTEST_SHARD_STATUS_FILE"}) set_env(s.env, k, std::nullopt);
+  for (const auto& kv : a.env) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) throw usage_error{"--env '" + kv + "': expected K=V"};
+    std::string key = kv.substr(0, eq);
+    if (key == "FAULTLINE_SEED" || key == "FAULTLINE_FAULTS" || key == "FAULTLINE_RUN_DIR")
+      throw usage_error{"--env " + key + ": set by faultline itself (use --seed / --faults)"};
+    set_env(s.env, key, kv.substr(eq + 1));
+    s.user_env.push_back(kv);
+  }
+  return s;
+}
+
+// gtest's protocol: a runner that supports sharding says so by touching this file.
+void acknowledge_sharding() {
+  if (const char* f = std::getenv("GTEST_SHARD_STATUS_FILE"); f && *f) {
+    int fd = ::open(f, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+std::string percent(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v > 0 && v < 0.001 ? "%.3f%%" : "%.1f%%", 100.0 * v);
+  return buf;
+}
+
+struct painter {
+  bool on;
+  std::string red(const std::string& s) const { return on ? "\033[31m" + s + "\033[0m" : s; }
+  std::string green(const std::string& s) const { return on ? "\033[32m" + s + "\033[0m" : s; }
+};
+
+// Runs the campaign, warning about anything the final sweep had to clean up. Returns the
+// campaign result, or nullopt after printing why it could not run.
+std::optional<campaign_result> perform(const std::vector<variant>& variants, const settings& s, cli_context& ctx) {
+  campaign_options o;
+  o.variants = variants;
+  o.repeat = s.repeat;
+  o.seed = s.seed;
+  o.until_fail = s.until_fail;
+  o.jobs = s.jobs;
+  o.part = s.part;
+  o.out_dir = s.out;
+  o.grace = s.grace;
+  o.stacks = s.stacks;
+  o.env = s.env;
+  o.progress = &ctx.err;
+  o.progress_tty = ctx.err_tty;
+  o.cancel = ctx.cancel;
+  ctx.err << "faultline: seed " << s.seed << ", " << s.repeat << (s.repeat == 1 ? " run" : " runs") << " of "
+          << variants.size() << (variants.size() == 1 ? " variant" : " variants")
+          << (s.part.count > 1 ? ", shard " + s.part.to_string() : std::string()) << ", results in "
+          << (s.out / "results.jsonl").string() << "\n";
+  acknowledge_sharding();
+  auto r = run_campaign(o);
+  if (!r) {
+    ctx.err << "faultline: error: " << r.error().message() << "\n";
+    return std::nullopt;
+  }
+  if (!r->stray_pids.empty()) {
+    ctx.err << "faultline: warning: killed " << r->stray_pids.size() << " process(es) no run could be attributed:";
+    for (int p : r->stray_pids) ctx.err << " " << p;
+    ctx.err << "\n";
+  }
+  if (!r->stray_shm.empty()) {
+    ctx.err << "faultline: warning: removed shared memory left by the runs:";
+    for (const auto& n : r->stray_shm) ctx.err << " /dev/shm/" << n;
+    ctx.err << "\n";
+  }
+  return std::move(*r);
+}
+
+nlohmann::json summary_json(const variant_summary& v, const settings& s, const std::string& repro) {
+  auto j = to_json(v);
+  j["repro"] = repro.empty() ? nlohmann::json(nullptr) : nlohmann::json(repro);
+  j["seed"] = s.seed;
+  if (s.target_rate) {
+    auto n = runs_to_claim(v.failures, *s.target_rate);
+    j["target_rate"] = *s.target_rate;
+    j["runs_needed"] = n ? nlohmann::json(*n > v.runs ? *n - v.runs : 0) : nlohmann::json(nullptr);
+  }
+  return j;
+}
+
+void print_human(const variant_summary& v, const settings& s, const std::string& repro, const painter& paint,
+                 std::ostream& out) {
+  out << v.name << ": " << v.runs << (v.runs == 1 ? " run" : " runs");
+  for (const auto& [o, n] : v.outcomes)
+    if (n) out << ", " << to_string(o) << " " << n;
+  std::string rate = "failure rate " + percent(v.rate.rate) + " (95% CI " + percent(v.rate.lower95) + " - " +
+                     percent(v.rate.upper95) + ")";
+  out << "; " << (v.failures ? paint.red(rate) : rate) << "\n";
+  for (const auto& g : v.signatures) {
+    out << "  " << g.count << "x " << to_string(g.result) << (g.when == phase::none ? "" : "/" + std::string(to_string(g.when)))
+        << "  " << g.signature << "\n      first: " << g.first_run << "  " << (s.out / g.first_log).string() << "\n";
+  }
+  if (!repro.empty()) out << "  repro: " << repro << "\n";
+  if (s.target_rate) {
+    auto n = runs_to_claim(v.failures, *s.target_rate);
+    out << "  target rate " << percent(*s.target_rate) << ": ";
+    if (!n) out << "out of reach\n";
+    else if (*n <= v.runs) out << "claimed (" << v.runs << " runs suffice)\n";
+    else out << (*n - v.runs) << " more runs without a failure\n";
+  }
+}
+
+// The options that replay one run: its seed and faults, the timeout and environment it had.
+std::string repro_flags(const run_record& r, const settings& s) {
+  std::string cmd = " --seed " + std::to_string(r.seed) + " --repeat 1";
+  if (!r.faults.empty()) cmd += " --faults " + detail::shell_quote(r.faults);
+  if (s.timeout) cmd += " --timeout " + format_duration(*s.timeout);
+  for (const auto& kv : s.user_env) cmd += " --env " + detail::shell_quote(kv);
+  return cmd;
+}
+
+int report_runs(const std::vector<variant>& variants, const settings& s, cli_context& ctx,
+                const std::function<std::string(const run_record&)>& repro) {
+  auto r = perform(variants, s, ctx);
+  if (!r) return exit_usage;
+  std::vector<std::string> names;
+  for (const auto& v : variants) names.push_back(v.name);
+  painter paint{ctx.out_tty && !std::getenv("NO_COLOR")};
+  bool all_pass = r->stray_pids.empty() && r->stray_shm.empty();
+  for (const auto& v : summarise(r->records, names)) {
+    std::string rp = v.first_failure ? repro(*v.first_failure) : std::string();
+    if (s.json) ctx.out << summary_json(v, s, rp).dump() << "\n";
+    else print_human(v, s, rp, paint, ctx.out);
+    all_pass = all_pass && v.failures == 0;
+  }
+  ctx.out.flush();
+  if (r->interrupted) return exit_interrupted;
+  return all_pass ? exit_ok : exit_failed;
+}
+
+core::result<std::vector<scenario_info>> catalog_for(const std::vector<std::string>& names, bool all) {
+  auto catalog = load_catalog(scenario_binary());
+  if (!catalog) return catalog;
+  if (all || names.empty()) return catalog;
+  return select(*catalog, names);
+}
+
+int cmd_list(bool json, cli_context& ctx) {
+  auto catalog = load_catalog(scenario_binary());
+  if (!catalog) {
+    ctx.err << "faultline: error: " << catalog.error().message() << "\n";
+    return exit_usage;
+  }
+  if (json) {
+    ctx.out << to_json(*catalog).dump() << "\n";
+    return exit_ok;
+  }
+  for (const auto& sc : *catalog) {
+    ctx.out << sc.name << "  (timeout " << format_duration(sc.timeout) << ")\n";
+    if (!sc.description.empty()) ctx.out << "    " << sc.description << "\n";
+    for (const auto& b : sc.bug_points)
+      ctx.out << "    bug point " << b.point << ": detected in >= " << percent(b.detect_rate) << " of runs\n";
+  }
+  return exit_ok;
+}
+
+int cmd_run(const raw_args& a, cli_context& ctx) {
+  if (a.all == !a.names.empty()) throw usage_error{a.all ? "give scenario names or --all, not both" : "name at least one SCENARIO, or --all"};
+  settings s = resolve(a, 1);
+  auto chosen = catalog_for(a.names, a.all);
+  if (!chosen) throw usage_error{chosen.error().message()};
+  const std::string bin = scenario_binary().string();
+  std::vector<variant> variants;
+  for (const auto& sc : *chosen)
+    variants.push_back({sc.name, {bin, "run", sc.name}, s.faults, s.timeout.value_or(sc.timeout), {}, false});
+  return report_runs(variants, s, ctx, [&](const run_record& r) {
+    return "faultline run " + detail::shell_quote(r.name) + repro_flags(r, s);
+  });
+}
+
+int cmd_exec(const raw_args& a, std::vector<std::string> cmd, cli_context& ctx) {
+  if (!cmd.empty() && cmd.front() == "--") cmd.erase(cmd.begin());
+  if (cmd.empty()) throw usage_error{"no command: faultline exec [OPTIONS] -- CMD [ARGS...]"};
+  settings s = resolve(a, 1);
+  variant v;
+  v.name = fs::path(cmd[0]).filename().string();
+  v.argv = cmd;
+  v.faults = s.faults;
+  v.timeout = s.timeout.value_or(std::chrono::minutes(10));
+  v.gtest_output = true;
+  if (!a.no_preload) {
+    fs::path agent = detail::self_dir() / ".." / "lib" / "libfaultline_agent.so";
+    std::error_code ec;
+    if (fs::exists(agent, ec)) {
+      std::string preload = fs::weakly_canonical(agent, ec).string();
+      if (auto prev = get_env(s.env, "LD_PRELOAD"); prev && !prev->empty()) preload += ":" + *prev;
+      v.env.push_back("LD_PRELOAD=" + preload);
+    }
+  }
+  return report_runs({v}, s, ctx, [&](const run_record& r) {
+    return std::string("faultline exec") + repro_flags(r, s) + (a.no_preload ? " --no-preload" : "") + " -- " +
+           detail::shell_join(r.command);
+  });
+}
+
+int cmd_verify(const raw_args& a, cli_context& ctx) {
+  settings s = resolve(a, 50);
+  auto chosen = catalog_for(a.names, a.names.empty());
+  if (!chosen) throw usage_error{chosen.error().message()};
+  const std::string bin = scenario_binary().string();
+  struct row {
+    std::string scenario, variant_label;
+    bool clean;
+    double required;
+  };
+  std::vector<variant> variants;
+  std::vector<row> rows;
+  for (const auto& sc : *chosen) {
+    auto timeout = s.timeout.value_or(sc.timeout);
+    variants.push_back({sc.name, {bin, "run", sc.name}, "", timeout, {}, false});
+    rows.push_back({sc.name, "clean", true, 0.0});
+    for (const auto& b : sc.bug_points) {
+      variants.push_back({sc.name + "@" + b.point, {bin, "run", sc.name}, b.faults, timeout, {}, false});
+      rows.push_back({sc.name, b.point, false, b.detect_rate});
+    }
+  }
+  auto r = perform(variants, s, ctx);
+  if (!r) return exit_usage;
+  std::vector<std::string> names;
+  for (const auto& v : variants) names.push_back(v.name);
+  auto sums = summarise(r->records, names);
+  painter paint{ctx.out_tty && !std::getenv("NO_COLOR")};
+
+  bool all_ok = r->stray_pids.empty() && r->stray_shm.empty();
+  std::vector<std::vector<std::string>> table = {{"scenario", "variant", "runs", "failures/detections", "rate", "required", "result"}};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& v = sums[i];
+    const auto& rw = rows[i];
+    const std::uint64_t errors = v.outcomes.at(outcome::error);
+    const std::uint64_t hits = rw.clean ? v.failures : v.failures - errors;  // errors detect nothing
+    const double rate = v.runs ? static_cast<double>(hits) / static_cast<double>(v.runs) : 0.0;
+    const bool ok = v.runs == 0 || (rw.clean ? hits == 0 : (errors == 0 && rate >= rw.required));
+    all_ok = all_ok && ok;
+    std::string rp;
+    if (rw.clean && v.first_failure) rp = "faultline run " + detail::shell_quote(rw.scenario) + repro_flags(*v.first_failure, s);
+    if (!rw.clean && v.runs) {
+      // Replay of the bug variant: the first run that did not detect it, or the first run.
+      const run_record* pick = nullptr;
+      for (const auto& rec : r->records)
+        if (rec.name == v.name && (!pick || (rec.result == outcome::pass && pick->result != outcome::pass))) pick = &rec;
+      if (pick) rp = "faultline run " + detail::shell_quote(rw.scenario) + repro_flags(*pick, s);
+    }
+    if (s.json) {
+      auto j = summary_json(v, s, rp);
+      j["scenario"] = rw.scenario;
+      j["variant"] = rw.variant_label;
+      j["faults"] = variants[i].faults;
+      j["check"] = rw.clean ? "no-failures" : "detected";
+      j[rw.clean ? "failures" : "detections"] = hits;
+      j["rate"] = rate;
+      j["required_rate"] = rw.required;
+      j["ok"] = ok;
+      ctx.out << j.dump() << "\n";
+    }
+    table.push_back({rw.scenario, rw.variant_label, std::to_string(v.runs), std::to_string(hits), v.runs ? percent(rate) : "-",
+                     rw.clean ? "= 0" : ">= " + percent(rw.required), ok ? "OK" : "FAIL"});
+  }
+  if (!s.json) {
+    std::vector<std::size_t> width(table[0].size(), 0);
+    for (const auto& line : table)
+      for (std::size_t c = 0; c < line.size(); ++c) width[c] = std::max(width[c], line[c].size());
+    for (std::size_t li = 0; li < table.size(); ++li) {
+      std::string text;
+      for (std::size_t c = 0; c < table[li].size(); ++c) {
+        std::string cell = table[li][c];
+        bool last = c + 1 == table[li].size();
+        std::string pad = last ? "" : std::string(width[c] - cell.size() + 2, ' ');
+        if (last && li > 0) cell = cell == "OK" ? paint.green(cell) : paint.red(cell);
+        text += cell + pad;
+      }
+      ctx.out << text << "\n";
+    }
+    ctx.out << (all_ok ? "verify: all checks hold\n" : "verify: some checks FAILED\n");
+  }
+  ctx.out.flush();
+  if (r->interrupted) return exit_interrupted;
+  return all_ok ? exit_ok : exit_failed;
+}
+
+}  // namespace
+
+int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
+  CLI::App app{about, "faultline"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every subcommand");
+
+  bool list_json = false;
+  auto* list = app.add_subcommand("list", "list the scenarios of the scenario binary");
+  list->add_flag("--json", list_json, "print the catalog as a JSON array");
+
+  raw_args run_a, exec_a, verify_a;
+  auto* run = app.add_subcommand("run", "run scenarios: faultline run SCENARIO... | --all [OPTIONS]");
+  run->footer(run_about);
+  run->add_option("scenario", run_a.names, "scenario names or patterns");
+  run->add_flag("--all", run_a.all, "run every scenario");
+  add_common(run, run_a, true);
+
+  auto* exec = app.add_subcommand("exec", "run a command: faultline exec [OPTIONS] -- CMD [ARGS...]");
+  exec->footer(exec_about);
+  add_common(exec, exec_a, true);
+  exec->add_flag("--no-preload", exec_a.no_preload, "do not preload the agent");
+  std::vector<std::string> exec_cmd;
+  exec->add_option("command", exec_cmd, "the command and its arguments, after --");
+
+  auto* verify = app.add_subcommand("verify", "check that clean variants pass and bug points are detected");
+  verify->footer(verify_about);
+  verify->add_option("scenario", verify_a.names, "scenario names or patterns (default: all)");
+  add_common(verify, verify_a, false);
+
+  // CLI11 reports a misspelt subcommand as a missing one; name it instead.
+  if (args.size() > 1 && !args[1].empty() && args[1][0] != '-' && 
+      args[1] != "list" && args[1] != "run" && args[1] != "exec" && args[1] != "verify") {
+    ctx.err << "faultline: error: unknown subcommand '" << args[1] << "' (expected list, run, exec or verify)\n"
+            << "Run 'faultline --help' for usage.\n";
+    return exit_usage;
+  }
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e, ctx.out, ctx.err);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e, ctx.out, ctx.err);
+  } catch (const CLI::ParseError& e) {
+    ctx.err << "faultline: error: " << e.what() << "\nRun 'faultline --help' for usage.\n";
+    return exit_usage;
+  }
+
+  try {
+    if (list->parsed()) return cmd_list(list_json, ctx);
+    if (run->parsed()) return cmd_run(run_a, ctx);
+    if (exec->parsed()) return cmd_exec(exec_a, exec_cmd, ctx);
+    if (verify->parsed()) return cmd_verify(verify_a, ctx);
+  } catch (const usage_error& e) {
+    ctx.err << "faultline: error: " << e.message << "\nRun 'faultline --help' for usage.\n";
+    return exit_usage;
+  }
+  return exit_usage;
+}
+
+}  // namespace faultline::harness

@@ -1,0 +1,362 @@
+// The `faultline` binary end to end: exit statuses, the results file, the --json summaries,
+// seeds and replay lines, --until-fail, sharding, and list/run/verify against the fake
+// scenario binary (harness/tests/fake_scenarios.cc) standing in for faultline-scenarios.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <csignal>
+#include <filesystem>
+#include <thread>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/detail/proc.h"
+#include "harness/detail/sys.h"
+#include "harness/process.h"
+#include "harness/results.h"
+#include "harness/tests/e2e_util.h"
+
+namespace faultline::harness {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::program;
+using testing::run_faultline;
+
+std::vector<nlohmann::json> json_lines(const std::string& text) {
+  std::vector<nlohmann::json> out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    auto nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    std::string line = text.substr(pos, nl - pos);
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+    pos = nl + 1;
+  }
+  return out;
+}
+
+std::vector<run_record> results(const fs::path& out) {
+  auto r = read_results(out / "results.jsonl");
+  EXPECT_TRUE(r) << r.error().message();
+  return r ? r->records : std::vector<run_record>{};
+}
+
+class cli_e2e : public ::testing::Test {
+ protected:
+  std::map<std::string, std::string> fake_env() { return {{"FAULTLINE_SCENARIOS", program("faultline-fake-scenarios").string()}}; }
+  std::string out() { return (dir_.path() / "out").string(); }
+  testing::scratch_dir dir_;
+};
+
+TEST_F(cli_e2e, exec_of_a_passing_program_exits_zero_and_records_every_run) {
+  auto r = run_faultline({"exec", "--repeat", "3", "--seed", "40", "--out", out(), "--", program("fl_testdata_pass").string()});
+  EXPECT_EQ(r.status, 0) << r.err;
+  auto recs = results(out());
+  ASSERT_EQ(recs.size(), 3u);
+  std::set<std::uint64_t> seeds;
+  for (const auto& rec : recs) {
+    EXPECT_EQ(rec.result, outcome::pass);
+    EXPECT_EQ(rec.name, "fl_testdata_pass");
+    EXPECT_FALSE(rec.injected);
+    EXPECT_TRUE(fs::exists(fs::path(out()) / rec.log)) << rec.log;
+    EXPECT_FALSE(rec.timestamp.empty());
+    seeds.insert(rec.seed);
+  }
+  EXPECT_EQ(seeds, (std::set<std::uint64_t>{40, 41, 42}));
+  EXPECT_NE(r.err.find("seed 40"), std::string::npos);
+  EXPECT_NE(r.out.find("fl_testdata_pass: 3 runs"), std::string::npos) << r.out;
+}
+
+TEST_F(cli_e2e, exec_json_summary_has_the_contract_fields_and_a_replay_line) {
+  auto r = run_faultline({"exec", "--json", "--repeat", "2", "--seed", "7", "--out", out(), "--target-rate", "0.01", "--",
+                          program("fl_testdata_fail").string()});
+  EXPECT_EQ(r.status, 1);
+  auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 1u) << r.out;
+  const auto& j = lines[0];
+  EXPECT_EQ(j["name"], "fl_testdata_fail");
+  EXPECT_EQ(j["runs"], 2);
+  EXPECT_EQ(j["outcomes"]["fail"], 2);
+  EXPECT_EQ(j["outcomes"]["pass"], 0);
+  EXPECT_DOUBLE_EQ(j["failure_rate"].get<double>(), 1.0);
+  EXPECT_TRUE(j.contains("failure_rate_lower95"));
+  EXPECT_DOUBLE_EQ(j["failure_rate_upper95"].get<double>(), 1.0);
+  ASSERT_EQ(j["signatures"].size(), 1u);
+  EXPECT_EQ(j["signatures"][0]["signature"], "demo");
+  EXPECT_EQ(j["signatures"][0]["count"], 2);
+  EXPECT_EQ(j["signatures"][0]["phase"], "run");
+  EXPECT_EQ(j["signatures"][0]["first_run"], "fl_testdata_fail.s7");
+  EXPECT_EQ(j["seed"], 7);
+  EXPECT_TRUE(j["runs_needed"].is_number());
+  const std::string repro = j["repro"];
+  EXPECT_NE(repro.find("faultline exec --seed 7 --repeat 1"), std::string::npos) << repro;
+  EXPECT_NE(repro.find(program("fl_testdata_fail").string()), std::string::npos) << repro;
+
+  auto recs = results(out());
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_EQ(recs[0].result, outcome::fail);
+  EXPECT_EQ(recs[0].exit_code, 3);
+  EXPECT_EQ(recs[0].signature, "demo");
+}
+
+TEST_F(cli_e2e, exec_preloads_the_agent_so_an_exit_crash_is_an_exit_phase_crash) {
+  auto r = run_faultline({"exec", "--json", "--out", out(), "--", program("fl_testdata_exit_crash").string()});
+  EXPECT_EQ(r.status, 1);
+  auto recs = results(out());
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].result, outcome::crash);
+  EXPECT_EQ(recs[0].when, phase::exit);
+  EXPECT_EQ(recs[0].signal, SIGSEGV);
+  EXPECT_NE(recs[0].signature.find("exit_crash_destructor_frame"), std::string::npos) << recs[0].signature;
+  // --no-preload: still a crash, but nothing can tell the phase.
+  auto r2 = run_faultline({"exec", "--no-preload", "--out", out() + "2", "--", program("fl_testdata_exit_crash").string()});
+  EXPECT_EQ(r2.status, 1);
+  auto recs2 = results(out() + "2");
+  ASSERT_EQ(recs2.size(), 1u);
+  EXPECT_EQ(recs2[0].result, outcome::crash);
+  EXPECT_EQ(recs2[0].when, phase::run);
+}
+
+TEST_F(cli_e2e, exec_records_a_hang_with_its_stack_dump) {
+  auto r = run_faultline({"exec", "--timeout", "2s", "--out", out(), "--", program("fl_testdata_hang_grandchild").string()});
+  EXPECT_EQ(r.status, 1);
+  auto recs = results(out());
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].result, outcome::hang);
+  ASSERT_FALSE(recs[0].stacks.empty());
+  EXPECT_GT(fs::file_size(fs::path(out()) / recs[0].stacks), 0u);
+}
+
+TEST_F(cli_e2e, exec_passes_env_and_faults_to_the_run) {
+  // --no-preload: the fixture needs no agent (and a sanitizer build of it refuses one).
+  auto r = run_faultline({"exec", "--no-preload", "--env", "FAKE_ECHO=hello", "--faults", "x/y=off", "--seed", "5", "--out", out(), "--",
+                          program("faultline-fake-scenarios").string(), "run", "fake/behave"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  auto recs = results(out());
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_TRUE(recs[0].injected);
+  EXPECT_EQ(recs[0].faults, "x/y=off");
+  auto log = testing::read_lines(fs::path(out()) / recs[0].log);
+  ASSERT_FALSE(log.empty());
+  EXPECT_NE(log[0].find("seed=5 faults=x/y=off"), std::string::npos) << log[0];
+  EXPECT_NE(log[0].find("echo=hello"), std::string::npos) << log[0];
+}
+
+TEST_F(cli_e2e, usage_errors_exit_two_with_the_problem_named) {
+  auto r = run_faultline({"exec", "--timeout", "soon", "--", "true"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--timeout"), std::string::npos) << r.err;
+}
+
+TEST_F(cli_e2e, list_prints_the_catalog) {
+  auto r = run_faultline({"list", "--json"}, fake_env());
+  EXPECT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["name"], "fake/counter");
+  EXPECT_EQ(j[0]["timeout_ms"], 10000);
+  EXPECT_EQ(j[0]["bug_points"][0]["point"], "bug/fake/skip-check");
+  EXPECT_DOUBLE_EQ(j[0]["bug_points"][0]["detect_rate"].get<double>(), 0.95);
+  auto human = run_faultline({"list"}, fake_env());
+  EXPECT_EQ(human.status, 0);
+  EXPECT_NE(human.out.find("fake/behave"), std::string::npos);
+}
+
+TEST_F(cli_e2e, run_selects_by_pattern_and_rejects_unknown_names) {
+  auto r = run_faultline({"run", "--env", "FAKE_ECHO=1", "fake/*", "--repeat", "2", "--json", "--out", out()}, fake_env());
+  EXPECT_EQ(r.status, 0) << r.err;
+  auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["name"], "fake/counter");
+  EXPECT_EQ(lines[1]["name"], "fake/behave");
+  EXPECT_EQ(lines[0]["runs"], 2);
+  EXPECT_TRUE(lines[0]["repro"].is_null());
+  // Runs are numbered round-robin over the scenarios.
+  auto recs = results(out());
+  ASSERT_EQ(recs.size(), 4u);
+  EXPECT_EQ(recs[0].name, "fake/counter");
+  EXPECT_EQ(recs[1].name, "fake/behave");
+  EXPECT_EQ(recs[3].run, 3u);
+
+  auto bad = run_faultline({"run", "nope/*", "--out", out()}, fake_env());
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("no scenario matches 'nope/*'"), std::string::npos) << bad.err;
+}
+
+TEST_F(cli_e2e, run_classifies_injected_crashes_and_hangs) {
+  auto crash = run_faultline({"run", "fake/behave", "--faults", "fake/crash", "--json", "--out", out()}, fake_env());
+  EXPECT_EQ(crash.status, 1);
+  auto j = json_lines(crash.out).at(0);
+  EXPECT_EQ(j["outcomes"]["crash"], 1);
+  EXPECT_EQ(j["signatures"][0]["signature"].get<std::string>().rfind("SIGSEGV", 0), 0u);
+  EXPECT_NE(j["repro"].get<std::string>().find("--faults fake/crash"), std::string::npos) << j["repro"];
+
+  auto hang = run_faultline({"run", "fake/behave", "--faults", "fake/hang", "--timeout", "1s", "--json", "--out", out()}, fake_env());
+  EXPECT_EQ(hang.status, 1);
+  auto h = json_lines(hang.out).at(0);
+  EXPECT_EQ(h["outcomes"]["hang"], 1);
+  EXPECT_NE(h["repro"].get<std::string>().find("--timeout 1s"), std::string::npos);
+}
+
+TEST_F(cli_e2e, until_fail_stops_at_the_first_failure_and_its_repro_replays_it) {
+  // Even seeds pass and odd seeds fail: from seed 10 the second run fails.
+  auto r = run_faultline({"run", "fake/behave", "--faults", "fake/fail-on-odd-seed", "--seed", "10", "--until-fail", "--json",
+                          "--out", out()},
+                         fake_env());
+  EXPECT_EQ(r.status, 1);
+  auto j = json_lines(r.out).at(0);
+  EXPECT_EQ(j["runs"], 2);
+  EXPECT_EQ(j["outcomes"]["fail"], 1);
+  EXPECT_EQ(j["signatures"][0]["signature"], "fake/even-seed");
+  const std::string repro = j["repro"];
+  EXPECT_NE(repro.find("--seed 11 --repeat 1"), std::string::npos) << repro;
+
+  // Replaying the repro line (minus the program name) fails the same way.
+  std::vector<std::string> args;
+  std::string word;
+  bool quoted = false;
+  for (char c : repro.substr(std::string("faultline ").size())) {
+    if (c == '\'') quoted = !quoted;
+    else if (c == ' ' && !quoted) {
+      args.push_back(word);
+      word.clear();
+    } else word += c;
+  }
+  args.push_back(word);
+  args.insert(args.end(), {"--json", "--out", out() + "-replay"});
+  auto replay = run_faultline(args, fake_env());
+  EXPECT_EQ(replay.status, 1) << replay.err;
+  auto rj = json_lines(replay.out).at(0);
+  EXPECT_EQ(rj["runs"], 1);
+  EXPECT_EQ(rj["signatures"][0]["signature"], "fake/even-seed");
+}
+
+TEST_F(cli_e2e, shards_split_the_runs_between_them_exactly_once) {
+  std::multiset<std::uint64_t> runs;
+  for (const char* s : {"0/3", "1/3", "2/3"}) {
+    std::string o = out() + "-" + std::string(1, s[0]);
+    auto r = run_faultline({"run", "--all", "--repeat", "4", "--seed", "1", "--shard", s, "--out", o}, fake_env());
+    EXPECT_EQ(r.status, 0) << r.err;
+    for (const auto& rec : results(o)) {
+      EXPECT_EQ(rec.run % 3, static_cast<std::uint64_t>(s[0] - '0'));
+      runs.insert(rec.run);
+    }
+  }
+  std::multiset<std::uint64_t> all;
+  for (std::uint64_t k = 0; k < 8; ++k) all.insert(k);
+  EXPECT_EQ(runs, all);
+}
+
+TEST_F(cli_e2e, gtest_shard_variables_shard_the_runs_and_are_not_passed_on) {
+  auto env = fake_env();
+  env["GTEST_TOTAL_SHARDS"] = "2";
+  env["GTEST_SHARD_INDEX"] = "1";
+  env["GTEST_SHARD_STATUS_FILE"] = (dir_.path() / "shard-status").string();
+  auto r = run_faultline({"run", "fake/behave", "--repeat", "4", "--out", out()}, env);
+  EXPECT_EQ(r.status, 0) << r.err;
+  auto recs = results(out());
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_EQ(recs[0].run, 1u);
+  EXPECT_EQ(recs[1].run, 3u);
+  EXPECT_TRUE(fs::exists(dir_.path() / "shard-status"));  // sharding acknowledged
+  auto log = testing::read_lines(fs::path(out()) / recs[0].log);
+  ASSERT_FALSE(log.empty());
+  EXPECT_NE(log[0].find("gtest_shards="), std::string::npos);
+  EXPECT_EQ(log[0].substr(log[0].size() - std::string("gtest_shards=").size()), "gtest_shards=") << log[0];
+}
+
+TEST_F(cli_e2e, verify_passes_when_clean_runs_pass_and_bugs_are_detected) {
+  auto r = run_faultline({"verify", "--repeat", "3", "--out", out()}, fake_env());
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("bug/fake/skip-check"), std::string::npos);
+  EXPECT_NE(r.out.find("all checks hold"), std::string::npos) << r.out;
+
+  auto j = run_faultline({"verify", "fake/counter", "--repeat", "3", "--json", "--out", out()}, fake_env());
+  EXPECT_EQ(j.status, 0);
+  auto rows = json_lines(j.out);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["variant"], "clean");
+  EXPECT_EQ(rows[0]["failures"], 0);
+  EXPECT_EQ(rows[0]["ok"], true);
+  EXPECT_EQ(rows[1]["variant"], "bug/fake/skip-check");
+  EXPECT_EQ(rows[1]["detections"], 3);
+  EXPECT_DOUBLE_EQ(rows[1]["rate"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(rows[1]["required_rate"].get<double>(), 0.95);
+  EXPECT_EQ(rows[1]["ok"], true);
+}
+
+TEST_F(cli_e2e, verify_fails_when_a_bug_point_goes_undetected) {
+  auto env = fake_env();
+  env["FAKE_SCENARIOS_MISS_BUG"] = "1";
+  auto r = run_faultline({"verify", "fake/counter", "--repeat", "2", "--out", out()}, env);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("FAIL"), std::string::npos) << r.out;
+}
+
+// Live sleep processes whose command line contains `needle` (a duration unique to one test).
+std::vector<pid_t> processes_running(const std::string& needle) {
+  std::vector<pid_t> out;
+  for (const auto& p : detail::snapshot()) {
+    if (p.state == 'Z' || p.comm != "sleep") continue;
+    auto cmd = detail::read_file("/proc/" + std::to_string(p.pid) + "/cmdline", 4096);
+    if (cmd && cmd->find(needle) != std::string::npos) out.push_back(p.pid);
+  }
+  return out;
+}
+
+TEST_F(cli_e2e, concurrent_runs_attribute_each_leak_to_its_own_run) {
+  auto r = run_faultline({"exec", "--jobs", "3", "--repeat", "6", "--out", out(), "--", program("fl_testdata_leak_child").string()});
+  EXPECT_EQ(r.status, 1);
+  auto recs = results(out());
+  ASSERT_EQ(recs.size(), 6u);
+  std::set<int> pids;
+  for (const auto& rec : recs) {
+    EXPECT_EQ(rec.result, outcome::leak) << rec.signature;
+    ASSERT_EQ(rec.leaked_pids.size(), 1u);
+    pids.insert(rec.leaked_pids[0]);
+    EXPECT_FALSE(testing::alive(rec.leaked_pids[0]));
+  }
+  EXPECT_EQ(pids.size(), 6u);
+}
+
+TEST_F(cli_e2e, concurrent_hangs_are_all_killed) {
+  auto r = run_faultline({"exec", "--jobs", "4", "--repeat", "4", "--timeout", "1s", "--no-stacks", "--out", out(), "--",
+                          "/bin/sh", "-c", "sleep 302.25 & sleep 302.25"});
+  EXPECT_EQ(r.status, 1);
+  auto recs = results(out());
+  ASSERT_EQ(recs.size(), 4u);
+  for (const auto& rec : recs) EXPECT_EQ(rec.result, outcome::hang);
+  EXPECT_EQ(processes_running("302.25"), std::vector<pid_t>{});
+}
+
+TEST_F(cli_e2e, orphans_no_run_can_claim_are_killed_before_faultline_exits) {
+  // With two runs in flight, an orphan that cleared its environment names neither: it is
+  // claimed by a run if that run is alone by then, else killed by the final sweep.
+  auto r = run_faultline({"exec", "--jobs", "2", "--repeat", "2", "--out", out(), "--", "/bin/sh", "-c",
+                          "(setsid env -i /bin/sleep 301.5 &) ; sleep 0.3"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(processes_running("301.5"), std::vector<pid_t>{});
+}
+
+TEST_F(cli_e2e, interrupt_kills_the_runs_in_flight_and_exits_130) {
+  spawn_options o;
+  o.argv = {(testing::bin_dir() / "faultline").string(), "exec", "--timeout", "5m", "--out", out(), "--", "/bin/sh", "-c",
+            "sleep 303.75 & sleep 303.75"};
+  o.envp = current_environment();
+  auto c = spawn(o);
+  ASSERT_TRUE(c) << c.error().message();
+  // Wait until the run is under way, then interrupt faultline as a terminal would.
+  for (int i = 0; i < 500 && processes_running("303.75").size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(processes_running("303.75").size(), 2u);
+  c->signal(SIGINT);
+  ASSERT_TRUE(c->wait_exit_for(std::chrono::seconds(60)));
+  int status = c->reap();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  EXPECT_EQ(processes_running("303.75"), std::vector<pid_t>{});
+}
+
+}  // namespace
+}  // namespace faultline::harness

@@ -1,0 +1,95 @@
+// The command line's error handling, in-process: every malformed argument is a usage error
+// (exit status 2) whose message names the problem, and --help prints the usage text.
+#include "harness/cli.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <sstream>
+
+namespace faultline::harness {
+namespace {
+
+struct outcome_of {
+  int status;
+  std::string out, err;
+};
+
+outcome_of cli(std::vector<std::string> args) {
+  args.insert(args.begin(), "faultline");
+  std::ostringstream out, err;
+  cli_context ctx{out, err};
+  int status = run_cli(args, ctx);
+  return {status, out.str(), err.str()};
+}
+
+void expect_usage_error(const std::vector<std::string>& args, const std::string& needle) {
+  auto r = cli(args);
+  EXPECT_EQ(r.status, exit_usage) << ::testing::PrintToString(args);
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
+  EXPECT_NE(r.err.find("faultline: error:"), std::string::npos) << r.err;
+}
+
+TEST(cli, requires_a_subcommand) { expect_usage_error({}, "subcommand"); }
+
+TEST(cli, rejects_an_unknown_subcommand) { expect_usage_error({"frobnicate"}, "frobnicate"); }
+
+TEST(cli, rejects_a_non_positive_repeat) { expect_usage_error({"run", "--all", "--repeat", "0"}, "--repeat"); }
+
+TEST(cli, rejects_a_timeout_without_unit) { expect_usage_error({"run", "--all", "--timeout", "10"}, "missing unit"); }
+
+TEST(cli, rejects_a_zero_timeout) { expect_usage_error({"exec", "--timeout", "0s", "--", "true"}, "must be positive"); }
+
+TEST(cli, rejects_a_bad_shard) { expect_usage_error({"run", "--all", "--shard", "3/2"}, "not below the shard count"); }
+
+TEST(cli, rejects_a_bad_seed) { expect_usage_error({"exec", "--seed", "-4", "--", "true"}, "--seed"); }
+
+TEST(cli, rejects_a_target_rate_outside_zero_one) {
+  expect_usage_error({"exec", "--target-rate", "1.5", "--", "true"}, "--target-rate");
+}
+
+TEST(cli, run_needs_scenarios_or_all) {
+  expect_usage_error({"run"}, "name at least one SCENARIO");
+  expect_usage_error({"run", "a/b", "--all"}, "not both");
+}
+
+TEST(cli, exec_needs_a_command) { expect_usage_error({"exec", "--repeat", "2"}, "no command"); }
+
+TEST(cli, rejects_malformed_env_assignments) {
+  expect_usage_error({"exec", "--env", "NOEQUALS", "--", "true"}, "expected K=V");
+  expect_usage_error({"exec", "--env", "FAULTLINE_SEED=3", "--", "true"}, "set by faultline itself");
+}
+
+TEST(cli, rejects_an_unknown_stack_method) {
+  expect_usage_error({"exec", "--stacks", "psychic", "--", "true"}, "expected auto, gdb, agent, proc or none");
+}
+
+TEST(cli, rejects_unknown_options) { expect_usage_error({"run", "--all", "--frobnicate"}, "--frobnicate"); }
+
+TEST(cli, rejects_malformed_gtest_shard_variables) {
+  ::setenv("GTEST_TOTAL_SHARDS", "3", 1);
+  ::unsetenv("GTEST_SHARD_INDEX");
+  expect_usage_error({"exec", "--", "true"}, "GTEST_SHARD_INDEX");
+  ::unsetenv("GTEST_TOTAL_SHARDS");
+}
+
+TEST(cli, reports_a_missing_scenario_binary_as_a_configuration_error) {
+  ::setenv("FAULTLINE_SCENARIOS", "/nonexistent/faultline-scenarios", 1);
+  expect_usage_error({"list"}, "/nonexistent/faultline-scenarios");
+  expect_usage_error({"run", "--all"}, "not found");
+  ::unsetenv("FAULTLINE_SCENARIOS");
+}
+
+TEST(cli, help_prints_the_usage_text) {
+  auto r = cli({"--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("subreaper"), std::string::npos);
+  EXPECT_NE(r.out.find("exec"), std::string::npos);
+  auto sub = cli({"exec", "--help"});
+  EXPECT_EQ(sub.status, 0);
+  EXPECT_NE(sub.out.find("--no-preload"), std::string::npos);
+  EXPECT_NE(sub.out.find("--until-fail"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace faultline::harness

@@ -1,0 +1,112 @@
+// Starting and reaping the harness's own children.
+//
+// The harness is a child subreaper (PR_SET_CHILD_SUBREAPER): anything a run double-forks or
+// setsid()s away is reparented to it instead of to init, so it can be found and killed. That
+// makes the harness the parent of processes it never started, so reaping follows one rule: a
+// child the harness spawned itself is *owned* and only its owner waits for it (by pid, never
+// waitpid(-1), which would steal another run's exit status); every other zombie child is a
+// stray that `reap_strays` collects. Children are started with posix_spawn (the harness has
+// threads, so no code runs between fork and exec), in their own process group, with default
+// signal dispositions and an empty signal mask, and with a pidfd so that waiting and signalling
+// never hit a reused pid.
+//
+//   harness::spawn_options o;
+//   o.argv = {"/bin/true"};
+//   o.envp = harness::current_environment();
+//   auto c = harness::spawn(o);
+//   if (!c) return c.error();
+//   c->wait_exit_for(std::chrono::seconds(10));   // true once it exited
+//   int status = c->reap();                        // waitpid status
+//
+// Thread safety: spawn, reap_strays and kill_strays may be called from any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace faultline::harness {
+
+/// Makes the calling process a child subreaper and restores SIGCHLD's default disposition
+/// (an ignored SIGCHLD would auto-reap and lose exit statuses). Idempotent; process-wide.
+core::status become_subreaper();
+
+/// What to start and how.
+struct spawn_options {
+  std::vector<std::string> argv;  ///< argv[0] is searched in PATH when it has no '/'
+  std::vector<std::string> envp;  ///< the complete environment, "K=V" each
+  int stdout_fd = -1;             ///< stdout goes here (-1: /dev/null)
+  int stderr_fd = -1;             ///< stderr goes here (-1: wherever stdout goes)
+  bool new_process_group = true;  ///< the child leads a new process group (pgid = its pid)
+};
+
+/// An owned child process: its pid and a pidfd. Move-only. Destroying a child that was not
+/// reaped leaves the process running and its zombie to reap_strays (never kills it).
+class child {
+ public:
+  child() = default;
+  child(pid_t pid, int pidfd) : pid_(pid), pidfd_(pidfd) {}
+  child(child&& o) noexcept;
+  child& operator=(child&& o) noexcept;
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+  ~child();
+
+  [[nodiscard]] pid_t pid() const noexcept { return pid_; }
+  [[nodiscard]] int pidfd() const noexcept { return pidfd_; }
+  /// Waits up to `d` for the process to exit (it stays a zombie until reap()). True once exited.
+  bool wait_exit_for(std::chrono::milliseconds d) const;
+  /// Sends `sig` through the pidfd (never to a reused pid). False when the process is gone.
+  bool signal(int sig) const;
+  /// Blocks until the process exits and collects it; returns the waitpid status. Call once.
+  int reap();
+
+ private:
+  void release() noexcept;
+  pid_t pid_ = -1;
+  int pidfd_ = -1;
+  bool reaped_ = false;
+};
+
+/// Starts a process. Errors: the posix_spawn error (ENOENT for a missing program, EACCES, ...)
+/// as errc::not_found / io_error naming the program.
+core::result<child> spawn(const spawn_options& o);
+
+/// The harness's own environment as "K=V" strings.
+std::vector<std::string> current_environment();
+
+/// Sets (replacing) or, with value nullopt, removes K in an environment vector.
+void set_env(std::vector<std::string>& env, const std::string& key, const std::optional<std::string>& value);
+/// The value of K in an environment vector.
+std::optional<std::string> get_env(const std::vector<std::string>& env, const std::string& key);
+
+/// The result of a short-lived helper (gdb, addr2line, the scenario binary's `list`).
+struct tool_output {
+  int status = 0;        ///< waitpid status
+  bool timed_out = false;
+  std::string output;    ///< stdout (and stderr, unless separated)
+  std::string errors;    ///< stderr when separated
+};
+
+/// Runs a helper to completion with its output captured, killing its process group when it
+/// runs past `timeout`. With `separate_stderr`, stderr is captured apart in `errors`.
+/// Errors: spawn failures.
+core::result<tool_output> run_tool(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                                   const std::vector<std::string>& envp = current_environment(),
+                                   bool separate_stderr = false);
+
+/// Reaps every zombie child of the harness that no one owns (orphans reparented to it).
+void reap_strays();
+
+/// Live children of the harness that no one owns (orphans no run has claimed).
+std::vector<pid_t> stray_children();
+
+/// True when `pid` is a child the harness spawned and has not reaped yet.
+bool is_owned(pid_t pid);
+
+}  // namespace faultline::harness

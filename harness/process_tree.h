@@ -1,0 +1,76 @@
+// The set of processes that belong to one run, found and ended as a whole.
+//
+// A run's processes are its leader (the process the harness spawned, leading its own process
+// group), every process in that group, every descendant by parent chain, and every orphan that
+// was reparented to the harness (a subreaper) and carries the run's FAULTLINE_RUN_DIR in its
+// environment — so children that setsid() into another session or double-fork away are still
+// found, even after the process between them and the leader has exited. Each member is held
+// by a pidfd once seen, so it is waited for and signalled without ever hitting a reused pid.
+//
+//   harness::process_tree tree(leader.pid(), run_dir);
+//   tree.refresh();                                   // call now and then while the run lives
+//   auto left = tree.terminate(std::chrono::seconds(1));  // TERM, grace, KILL until none left
+//   tree.reap();
+//
+// Thread safety: one tree is used by one thread; trees of concurrent runs are independent.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "harness/detail/proc.h"
+
+namespace faultline::harness {
+
+/// One run's process tree.
+class process_tree {
+ public:
+  /// `leader` is the run's process (a child of the harness, leading its own group); `run_dir`
+  /// is the FAULTLINE_RUN_DIR its processes inherit. Registers the run as active.
+  process_tree(pid_t leader, std::string run_dir);
+  ~process_tree();
+  process_tree(const process_tree&) = delete;
+  process_tree& operator=(const process_tree&) = delete;
+
+  /// Rescans /proc and adds processes that belong to the run.
+  void refresh();
+  /// Adds the processes of `scan` (descendants of the harness) that belong to the run. A process
+  /// that vanished since the scan is skipped. refresh() is this over a fresh scan.
+  void refresh(const std::vector<detail::proc_stat>& scan);
+  /// Members that have not exited (zombies excluded), leader included, in pid order.
+  [[nodiscard]] std::vector<detail::proc_stat> alive();
+  /// Every pid ever seen as a member.
+  [[nodiscard]] std::vector<pid_t> pids() const;
+  /// Sends `sig` to every live member (through pidfds).
+  void signal_all(int sig);
+  /// Waits until every member seen so far has exited or `d` passes; true when none is alive.
+  bool wait_all_exited(std::chrono::milliseconds d);
+  /// Ends the run's processes: SIGTERM (and SIGCONT, for stopped ones), up to `grace` for them
+  /// to exit (members forked meanwhile are found and signalled too), then SIGKILL until a scan
+  /// finds none alive. Returns the pids still alive after `kill_budget` (stuck in the kernel).
+  std::vector<pid_t> terminate(std::chrono::milliseconds grace,
+                               std::chrono::milliseconds kill_budget = std::chrono::seconds(10));
+  /// Collects every exited member that is a child of the harness, except the leader (whose
+  /// status belongs to its owner).
+  void reap();
+
+ private:
+  struct member {
+    std::uint64_t start_time = 0;
+    int pidfd = -1;
+    std::string comm;
+    bool exited = false;
+  };
+  bool exited(member& m);
+  bool add(const detail::proc_stat& p);
+
+  pid_t leader_;
+  std::string run_dir_;
+  std::map<pid_t, member> members_;
+};
+
+}  // namespace faultline::harness

@@ -1,0 +1,153 @@
+// Results file: a record survives the JSON round trip field for field, appends are whole lines,
+// and the reader tolerates exactly one thing — an unterminated last line left by a killed
+// writer — while rejecting corruption anywhere else.
+#include "harness/results.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace faultline::harness {
+namespace {
+
+run_record sample(std::uint64_t run) {
+  run_record r;
+  r.run_id = "exit-static-pool.s" + std::to_string(100 + run);
+  r.run = run;
+  r.name = "exit/static-pool";
+  r.seed = 100 + run;
+  r.faults = "bug/alloc/no-exit-guard=1*print";
+  r.injected = true;
+  r.result = outcome::crash;
+  r.when = phase::exit;
+  r.signal = SIGSEGV;
+  r.duration_ms = 1234;
+  r.signature = "SIGSEGV: pool::~pool | main";
+  r.log = "logs/" + r.run_id + ".log";
+  r.stacks = "";
+  r.leaked_pids = {41, 42};
+  r.leaked_shm = {"faultline-acct"};
+  r.timestamp = "2024-11-21T19:30:00.123Z";
+  r.command = {"/bin/faultline-scenarios", "run", "exit/static-pool"};
+  return r;
+}
+
+TEST(run_record, json_round_trip_keeps_every_field) {
+  run_record a = sample(7);
+  run_record b = nlohmann::json(a).get<run_record>();
+  EXPECT_EQ(b.run_id, a.run_id);
+  EXPECT_EQ(b.run, 7u);
+  EXPECT_EQ(b.name, a.name);
+  EXPECT_EQ(b.seed, 107u);
+  EXPECT_EQ(b.faults, a.faults);
+  EXPECT_TRUE(b.injected);
+  EXPECT_EQ(b.result, outcome::crash);
+  EXPECT_EQ(b.when, phase::exit);
+  EXPECT_FALSE(b.exit_code.has_value());
+  EXPECT_EQ(b.signal, SIGSEGV);
+  EXPECT_EQ(b.duration_ms, 1234);
+  EXPECT_EQ(b.signature, a.signature);
+  EXPECT_EQ(b.log, a.log);
+  EXPECT_EQ(b.stacks, "");
+  EXPECT_EQ(b.leaked_pids, a.leaked_pids);
+  EXPECT_EQ(b.leaked_shm, a.leaked_shm);
+  EXPECT_EQ(b.timestamp, a.timestamp);
+  EXPECT_EQ(b.command, a.command);
+}
+
+TEST(run_record, json_uses_the_documented_shape) {
+  auto j = nlohmann::json(sample(0));
+  EXPECT_EQ(j["outcome"], "crash");
+  EXPECT_EQ(j["phase"], "exit");
+  EXPECT_TRUE(j["exit_code"].is_null());
+  EXPECT_EQ(j["signal"]["name"], "SIGSEGV");
+  EXPECT_EQ(j["signal"]["number"], SIGSEGV);
+  EXPECT_TRUE(j["stacks"].is_null());
+  run_record pass;
+  pass.run_id = "x.s1";
+  pass.exit_code = 0;
+  auto p = nlohmann::json(pass);
+  EXPECT_TRUE(p["phase"].is_null());
+  EXPECT_TRUE(p["signal"].is_null());
+  EXPECT_EQ(p["exit_code"], 0);
+  EXPECT_TRUE(p["faults"].is_null());
+  EXPECT_FALSE(p["injected"].get<bool>());
+}
+
+TEST(signal_name, names_classic_and_realtime_signals) {
+  EXPECT_EQ(signal_name(SIGSEGV), "SIGSEGV");
+  EXPECT_EQ(signal_name(SIGABRT), "SIGABRT");
+  EXPECT_EQ(signal_name(SIGKILL), "SIGKILL");
+  EXPECT_EQ(signal_name(SIGRTMIN + 7), "SIGRTMIN+7");
+}
+
+TEST(parse_results, tolerates_a_truncated_last_line) {
+  std::string text = nlohmann::json(sample(0)).dump() + "\n" + nlohmann::json(sample(1)).dump() + "\n";
+  std::string torn = nlohmann::json(sample(2)).dump();
+  text += torn.substr(0, torn.size() / 2);  // the writer died mid-line
+  auto r = parse_results(text);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->records.size(), 2u);
+  EXPECT_TRUE(r->truncated_tail);
+  EXPECT_EQ(r->records[1].run, 1u);
+}
+
+TEST(parse_results, reads_a_complete_file_without_trailing_newline) {
+  std::string text = nlohmann::json(sample(0)).dump() + "\n" + nlohmann::json(sample(1)).dump();
+  auto r = parse_results(text);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->records.size(), 2u);
+  EXPECT_FALSE(r->truncated_tail);
+}
+
+TEST(parse_results, rejects_a_corrupt_line_that_is_not_the_last) {
+  std::string text = nlohmann::json(sample(0)).dump() + "\n{\"run_id\": \n" + nlohmann::json(sample(1)).dump() + "\n";
+  auto r = parse_results(text);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.code(), core::errc::corrupt);
+  EXPECT_NE(r.error().message().find("line 2"), std::string::npos);
+}
+
+TEST(parse_results, rejects_an_unknown_outcome) {
+  auto j = nlohmann::json(sample(0));
+  j["outcome"] = "exploded";
+  auto r = parse_results(j.dump() + "\n" + nlohmann::json(sample(1)).dump() + "\n");
+  EXPECT_FALSE(r);
+}
+
+TEST(results_writer, appends_one_line_per_record_from_many_threads) {
+  auto dir = std::filesystem::temp_directory_path() / ("fl_results_test." + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto path = dir / "results.jsonl";
+  {
+    results_writer w;
+    ASSERT_TRUE(w.open(path));
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 4; ++t)
+      ts.emplace_back([&, t] {
+        for (int i = 0; i < 50; ++i) ASSERT_TRUE(w.append(sample(static_cast<std::uint64_t>(t * 50 + i))));
+      });
+    for (auto& t : ts) t.join();
+  }
+  auto r = read_results(path);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->records.size(), 200u);
+  EXPECT_FALSE(r->truncated_tail);
+  std::vector<bool> seen(200, false);
+  for (const auto& rec : r->records) seen.at(rec.run) = true;
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), true), 200);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(read_results, reports_a_missing_file_as_not_found) {
+  auto r = read_results("/nonexistent/faultline/results.jsonl");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.code(), core::errc::not_found);
+}
+
+}  // namespace
+}  // namespace faultline::harness

@@ -1,0 +1,71 @@
+// Running one process under the harness: isolated, bounded, observed, and cleaned up.
+//
+// `run_once` starts the command in its own process group (the harness being a subreaper),
+// with its stdout and stderr in the run's log file and a fresh run directory announced through
+// FAULTLINE_RUN_DIR, waits for it under an outer timeout, and leaves nothing behind:
+//   - on timeout it captures the stacks of every process of the run's tree (gdb, else the
+//     agent, else /proc), then sends SIGTERM, waits the grace period, SIGKILLs what is left
+//     and reaps everything;
+//   - after a normal exit, any process of the tree still alive (after a short settle time) is a
+//     leak: recorded, then killed the same way; so are new /dev/shm/faultline* entries;
+//   - gtest's protocol is spoken: TEST_PREMATURE_EXIT_FILE is created in the run directory
+//     and, when asked, GTEST_OUTPUT points at RUNDIR/gtest.xml.
+// It returns the classified run (see classify.h).
+//
+//   harness::run_request rq;
+//   rq.argv = {"./my_test"};
+//   rq.env = harness::current_environment();
+//   rq.run_dir = "out/runs/my_test.s1";
+//   rq.log_path = "out/logs/my_test.s1.log";
+//   rq.timeout = std::chrono::seconds(30);
+//   harness::run_report r = harness::run_once(rq);
+//   if (r.verdict.result == harness::outcome::hang) ...
+//
+// Thread safety: run_once may be called from several threads at once (one run each).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "harness/classify.h"
+#include "harness/stacks.h"
+
+namespace faultline::harness {
+
+/// One run to perform.
+struct run_request {
+  std::vector<std::string> argv;          ///< the command; argv[0] searched in PATH without '/'
+  std::vector<std::string> env;           ///< its environment (the runner adds its own variables)
+  std::filesystem::path run_dir;          ///< created empty (an existing one is cleared)
+  std::filesystem::path log_path;         ///< stdout+stderr, truncated
+  std::chrono::milliseconds timeout{600'000};
+  std::chrono::milliseconds grace{1'000};       ///< between SIGTERM and SIGKILL
+  std::chrono::milliseconds leak_settle{200};   ///< survivors get this long to exit on their own
+  stack_options stacks;                   ///< how to capture a hang's stacks (method none: skip)
+  bool gtest_output = false;              ///< set GTEST_OUTPUT=xml:RUNDIR/gtest.xml unless env has one
+  bool check_shm = true;                  ///< attribute new /dev/shm/faultline* entries to this run
+  const std::atomic<bool>* cancel = nullptr;  ///< when it becomes true: kill the run, no stacks
+};
+
+/// A performed run.
+struct run_report {
+  classification verdict;
+  run_evidence evidence;
+  std::chrono::system_clock::time_point started;
+  std::chrono::milliseconds duration{0};  ///< spawn to exit (to the deadline for a hang)
+  std::chrono::microseconds teardown{0};  ///< deadline (or exit) to every process reaped
+  std::vector<int> stuck_pids;            ///< processes that survived SIGKILL (uninterruptible)
+  bool interrupted = false;               ///< cancelled: the verdict is meaningless
+};
+
+/// Performs one run (see the file comment). Never throws; a run that cannot be started is
+/// outcome::error with the reason in the signature.
+run_report run_once(const run_request& rq);
+
+/// Names of /dev/shm entries beginning with "faultline".
+std::vector<std::string> faultline_shm_entries();
+
+}  // namespace faultline::harness

@@ -1,0 +1,84 @@
+// faultline-fake-scenarios: a stand-in for faultline-scenarios with the same command-line
+// contract (see harness/scenario_catalog.h), so that `faultline list/run/verify` are tested
+// without the real catalog. A permanent test fixture.
+//
+//   fake/counter   passes; its bug point bug/fake/skip-check makes it fail with
+//                  "invariant violated: fake/counter-balanced: ..." (detect_rate 0.95). With
+//                  FAKE_SCENARIOS_MISS_BUG=1 in the environment the bug goes undetected, so
+//                  verify must report FAIL.
+//   fake/behave    passes, unless FAULTLINE_FAULTS names one of:
+//                    fake/crash             SIGSEGV
+//                    fake/hang              blocks forever
+//                    fake/fail-on-odd-seed  fails (invariant fake/even-seed) when the seed is odd
+//
+// Every run prints one line describing what it received:
+//   fake: name=N seed=S faults=F run_dir=D echo=$FAKE_ECHO gtest_shards=$GTEST_TOTAL_SHARDS
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+bool fault_named(const std::string& faults, const char* point) { return faults.find(point) != std::string::npos; }
+
+int list() {
+  nlohmann::json catalog = nlohmann::json::array();
+  catalog.push_back({{"name", "fake/counter"},
+                     {"description", "a counter that must balance"},
+                     {"timeout_ms", 10000},
+                     {"bug_points", {{{"point", "bug/fake/skip-check"}, {"faults", "bug/fake/skip-check=1*print"}, {"detect_rate", 0.95}}}}});
+  catalog.push_back({{"name", "fake/behave"}, {"description", "does what its faults say"}, {"timeout_ms", 5000}, {"bug_points", nlohmann::json::array()}});
+  std::fprintf(stderr, "[fake] listing 2 scenarios\n");  // noise on stderr must not confuse the parser
+  std::printf("%s\n", catalog.dump(2).c_str());
+  return 0;
+}
+
+int run(const std::string& name) {
+  const std::string faults = env("FAULTLINE_FAULTS");
+  const unsigned long long seed = std::strtoull(env("FAULTLINE_SEED").c_str(), nullptr, 10);
+  std::printf("fake: name=%s seed=%llu faults=%s run_dir=%s echo=%s gtest_shards=%s\n", name.c_str(), seed, faults.c_str(),
+              env("FAULTLINE_RUN_DIR").c_str(), env("FAKE_ECHO").c_str(), env("GTEST_TOTAL_SHARDS").c_str());
+  std::fflush(stdout);
+  if (name == "fake/counter") {
+    if (fault_named(faults, "bug/fake/skip-check") && env("FAKE_SCENARIOS_MISS_BUG") != "1") {
+      std::fprintf(stderr, "invariant violated: fake/counter-balanced: 1 != 0\n");
+      return 1;
+    }
+    return 0;
+  }
+  if (name == "fake/behave") {
+    if (fault_named(faults, "fake/crash")) {
+      std::signal(SIGSEGV, SIG_DFL);
+      std::raise(SIGSEGV);
+    }
+    if (fault_named(faults, "fake/hang"))
+      for (;;) ::pause();
+    if (fault_named(faults, "fake/fail-on-odd-seed") && seed % 2 == 1) {
+      std::fprintf(stderr, "invariant violated: fake/even-seed: seed %llu is odd\n", seed);
+      return 1;
+    }
+    return 0;
+  }
+  std::fprintf(stderr, "unknown scenario %s\n", name.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "list") == 0) return list();
+  if (argc == 3 && std::strcmp(argv[1], "run") == 0) return run(argv[2]);
+  std::fprintf(stderr, "usage: faultline-fake-scenarios list --json | run NAME\n");
+  return 2;
+}
