@@ -288,8 +288,8 @@ bool may_demangle_here() noexcept {
   return (current.ss_flags & SS_ONSTACK) != 0 && current.ss_size >= demangle_min_stack_bytes;
 }
 
-void write_frames(fd_writer& out, void* const* frames, int count, bool demangle) noexcept {
-  for (int k = 0; k < count; ++k) {
+void write_frames(fd_writer& out, void* const* frames, int count, bool demangle, int first = 0) noexcept {
+  for (int k = first; k < count; ++k) {
     detail::frame_text frame = resolve_frame(reinterpret_cast<std::uintptr_t>(frames[k]), k > 0);
     detail::write_frame_line(out, k, frame, demangle ? demangler : nullptr, max_demangle_chars);
   }
@@ -300,20 +300,29 @@ void report_crash(int sig, pid_t tid, const void* context) noexcept {
   thread_name(name);
   pid_t pid = ::getpid();
   int fd = open_pid_file(crash_file_prefix, pid, O_TRUNC);
+  const bool demangle = may_demangle_here();
   if (fd >= 0) {
     // The header goes out first: it survives even if unwinding or symbol lookup faults.
     fd_writer out(fd);
     out.str("signal ").dec(sig).chr(' ').str(signal_name(sig)).chr('\n');
     out.str("thread ").dec(tid).chr(' ').str(name).chr('\n');
+    // So does frame #0, the interrupted pc from the signal context: unwinding can fault too (a
+    // crash inside a library that is being torn down, seen with libcuda at exit), and the pc
+    // alone still names the module and offset.
+    const std::uintptr_t pc = context_pc(context);
+    if (pc != 0) {
+      detail::write_frame_line(out, 0, resolve_frame(pc, false), demangle ? demangler : nullptr,
+                               max_demangle_chars);
+    }
     out.flush();
   }
   void* frames[max_frames];
   int count = capture_frames(frames, context);
-  bool demangle = may_demangle_here();
   if (fd >= 0) {
     {
+      // capture_frames always puts the interrupted pc first; it is already in the file.
       fd_writer out(fd);
-      write_frames(out, frames, count, demangle);
+      write_frames(out, frames, count, demangle, context_pc(context) != 0 ? 1 : 0);
     }
     ::close(fd);
   }
