@@ -21,6 +21,24 @@
 namespace faultline::harness {
 namespace {
 
+// CLI11's PositiveNumber prints its range up to DBL_MAX; counts read better with a plain message.
+const CLI::Validator positive_count(
+    [](std::string& text) -> std::string {
+      std::size_t used = 0;
+      unsigned long long v = 0;
+      try {
+        v = std::stoull(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != text.size() || text.empty() || text[0] == '-' || v == 0) {
+        return "expected a whole number of at least 1, got '" + text + "'";
+      }
+      return {};
+    },
+    "COUNT>=1");
+
+
 namespace fs = std::filesystem;
 
 constexpr const char* about = R"(faultline - run a program or a reproducer scenario many times, in isolation, and say how it fails.
@@ -87,9 +105,9 @@ struct usage_error {
 
 void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
   a.repeat_opt = sub->add_option("--repeat,-n", a.repeat, "runs of each scenario or command (default 1; verify: 50; with --until-fail: 10000)")
-                     ->check(CLI::PositiveNumber);
+                     ->check(positive_count);
   sub->add_option("--timeout", a.timeout, "outer timeout of each run, e.g. 500ms, 30s, 2m");
-  sub->add_option("--jobs,-j", a.jobs, "runs at once (default 1)")->check(CLI::PositiveNumber);
+  sub->add_option("--jobs,-j", a.jobs, "runs at once (default 1)")->check(positive_count);
   sub->add_option("--seed", a.seed, "base seed S: run k gets S+k (default: from the clock, printed)");
   sub->add_option("--out,-o", a.out, "output directory (default faultline-out)");
   sub->add_flag("--json", a.json, "print one JSON summary object per line to stdout");

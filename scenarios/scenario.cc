@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/device/device.h"
 #include "harness/agent/agent.h"
 
 namespace faultline::scenarios {
@@ -142,6 +143,12 @@ int run_scenario(const scenario& s, std::uint64_t seed) {
   // own teardown: the only place "no device call after teardown" can be checked.
   if (std::atexit(run_exit_probes) != 0) {
     std::fprintf(stderr, "faultline-scenarios: atexit failed\n");
+    return 2;
+  }
+  // A bad FAULTLINE_DEVICE is a usage error, reported before the scenario touches anything.
+  // (After the atexit registration above: selecting cuda initialises its runtime.)
+  if (auto b = core::device::select_backend(); !b) {
+    std::fprintf(stderr, "faultline-scenarios: %s\n", b.error().to_string().c_str());
     return 2;
   }
   context ctx(s.name, seed);
