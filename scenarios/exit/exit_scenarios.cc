@@ -102,7 +102,8 @@ void static_pool(context& ctx) {
 // Arrange: worker threads loop allocating and freeing through the per-device pool and straight
 //   through the device (cudaMalloc/cudaFree), never joined. Act: the work returns while they run.
 // Check: exit drains the calls in flight or refuses new ones cleanly (workers see errc::refused
-//   and stop); no device call after teardown; the process exits 0.
+//   and stop; any other error they retry, as a prefetcher would); no device call after teardown;
+//   the process exits 0.
 // Bug point bug/alloc/no-drain with the sim's check-to-use window widened
 //   (sim/call/after-unloading-check=delay) and the teardown held open after it unmapped the
 //   context (sim/teardown/after-unmap=delay), as the real runtime's teardown takes a while: a call
@@ -123,14 +124,24 @@ void thread_in_flight(context& ctx) {
     std::thread([resource = *resource, upstream, started, seed] {
       rng r(seed);
       started->fetch_add(1);
+      // Like a prefetcher, a worker retries what fails; only the allocator's refusal at exit
+      // (errc::refused, the fixed behaviour's clean stop) ends it. Without that refusal it keeps
+      // calling into a runtime that is gone, which the backend counts.
+      auto stop = [](const core::status& st) { return st.code() == core::errc::refused; };
       for (;;) {
         std::size_t bytes = r.between(256, 1 << 20);
         auto p = upstream->allocate(bytes);
-        if (!p) break;  // refused at exit (or unloading): stop cleanly
-        if (!upstream->deallocate(*p, bytes)) break;
+        if (!p) {
+          if (stop(p.error())) break;
+          continue;
+        }
+        if (auto st = upstream->deallocate(*p, bytes); !st && stop(st)) break;
         auto q = resource->allocate(bytes);
-        if (!q) break;
-        if (!resource->deallocate(*q, bytes)) break;
+        if (!q) {
+          if (stop(q.error())) break;
+          continue;
+        }
+        if (auto st = resource->deallocate(*q, bytes); !st && stop(st)) break;
       }
     }).detach();
   }
