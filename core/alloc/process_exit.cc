@@ -73,6 +73,10 @@ status install_exit_hook() noexcept {
 
 std::uint64_t bytes_leaked_at_exit() noexcept { return leaked_bytes.load(std::memory_order_acquire); }
 
+int device_calls_in_flight() noexcept {
+  return detail::in_flight_device_calls.load(std::memory_order_seq_cst);
+}
+
 std::uint64_t calls_refused_at_exit() noexcept { return refused_calls.load(std::memory_order_acquire); }
 
 std::uint64_t exit_drain_timeout_ms() noexcept {

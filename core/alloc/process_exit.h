@@ -46,6 +46,11 @@ status install_exit_hook() noexcept;
 /// Allocator device calls refused because they began after exit started.
 [[nodiscard]] std::uint64_t calls_refused_at_exit() noexcept;
 
+/// Allocator device calls inside the device right now. After the exit hook has drained them it
+/// stays 0 (new calls are refused); a non-zero value read after the runtime's teardown means a
+/// call was left running into it.
+[[nodiscard]] int device_calls_in_flight() noexcept;
+
 /// The drain bound the exit hook uses: FAULTLINE_EXIT_DRAIN_MS when set to a number of
 /// milliseconds, else 500. A malformed value is reported on stderr and the default is used.
 [[nodiscard]] std::uint64_t exit_drain_timeout_ms() noexcept;

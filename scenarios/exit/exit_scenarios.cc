@@ -114,6 +114,13 @@ void thread_in_flight(context& ctx) {
   ctx.require(resource.has_value(), "per-device-resource", resource.error().to_string());
   device::backend& dev = device::current();
   check_no_call_after_teardown(ctx, dev);
+  // The drain rule itself: once the runtime is torn down no allocator call may still be inside
+  // it. On real CUDA this is what catches a missing drain: a call caught in cudart's teardown
+  // does not return before the process is gone, so it is never counted as a call after it.
+  ctx.check_at_exit("no-call-in-flight-at-teardown", [] {
+    int n = alloc::device_calls_in_flight();
+    return n == 0 ? std::string() : std::to_string(n) + " allocator device call(s) still in flight";
+  });
 
   constexpr int workers = 4;
   // Leaked on purpose: the workers outlive main and must not touch destroyed state.
