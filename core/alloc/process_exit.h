@@ -9,7 +9,7 @@
 //   1. sets `process_is_exiting()`: destructors of pools, adaptors and the map now make no device
 //      call; they leak what they hold and report it (`bytes_leaked_at_exit()`, one stderr line);
 //   2. refuses every allocator device call that begins from now on (errc::refused);
-//   3. waits, bounded, for the calls already inside the device to come out (default 500 ms,
+//   3. waits, bounded, for the calls already inside the device to come out (default 2 s,
 //      FAULTLINE_EXIT_DRAIN_MS overrides); a thread still inside after the bound is reported on
 //      stderr and exit goes on.
 //
@@ -52,7 +52,7 @@ status install_exit_hook() noexcept;
 [[nodiscard]] int device_calls_in_flight() noexcept;
 
 /// The drain bound the exit hook uses: FAULTLINE_EXIT_DRAIN_MS when set to a number of
-/// milliseconds, else 500. A malformed value is reported on stderr and the default is used.
+/// milliseconds, else 2000. A malformed value is reported on stderr and the default is used.
 [[nodiscard]] std::uint64_t exit_drain_timeout_ms() noexcept;
 
 }  // namespace faultline::core::alloc

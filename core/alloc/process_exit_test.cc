@@ -225,15 +225,15 @@ TEST(process_exit, a_thread_stuck_past_the_drain_bound_is_reported_and_exit_goes
 
 TEST(process_exit, drain_bound_comes_from_the_environment_with_a_safe_default) {
   ::unsetenv("FAULTLINE_EXIT_DRAIN_MS");
-  EXPECT_EQ(exit_drain_timeout_ms(), 500u);
+  EXPECT_EQ(exit_drain_timeout_ms(), 2000u);
   ::setenv("FAULTLINE_EXIT_DRAIN_MS", "1200", 1);
   EXPECT_EQ(exit_drain_timeout_ms(), 1200u);
   ::setenv("FAULTLINE_EXIT_DRAIN_MS", "12x", 1);
   ::testing::internal::CaptureStderr();
-  EXPECT_EQ(exit_drain_timeout_ms(), 500u);
+  EXPECT_EQ(exit_drain_timeout_ms(), 2000u);
   EXPECT_NE(::testing::internal::GetCapturedStderr().find("FAULTLINE_EXIT_DRAIN_MS='12x'"), std::string::npos);
   ::setenv("FAULTLINE_EXIT_DRAIN_MS", "-5", 1);
-  EXPECT_EQ(exit_drain_timeout_ms(), 500u);
+  EXPECT_EQ(exit_drain_timeout_ms(), 2000u);
   ::unsetenv("FAULTLINE_EXIT_DRAIN_MS");
   EXPECT_FALSE(process_is_exiting());
 }
