@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "faults/detail/actions.h"
-#include "faults/detail/random.h"
+#include "faults/random.h"
 #include "faults/points/point.h"
 
 namespace faultline::faults {
@@ -122,7 +122,7 @@ struct engine {
 
   std::atomic<std::uint64_t> seed{default_seed};
   std::atomic<bool> remote{false};
-  detail::generator rng{default_seed};
+  generator rng{default_seed};
   counter_table counters;
 };
 

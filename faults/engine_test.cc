@@ -20,7 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "core/device/device.h"
-#include "faults/detail/random.h"
+#include "faults/random.h"
 #include "faults/points/point.h"
 #include "faults/testing/child.h"
 
@@ -454,7 +454,7 @@ TEST_F(engine_test, a_count_is_exact_under_concurrent_hits) {
 // --- the generator -------------------------------------------------------------------------
 
 TEST(generator, matches_the_splitmix64_reference_sequence) {
-  detail::generator g(0);
+  generator g(0);
   EXPECT_EQ(g.next(), 0xe220a8397b1dcdafull);
   EXPECT_EQ(g.next(), 0x6e789e6aa1b965f4ull);
   EXPECT_EQ(g.next(), 0x06c45d188009454full);
@@ -463,7 +463,7 @@ TEST(generator, matches_the_splitmix64_reference_sequence) {
 }
 
 TEST(generator, maps_to_the_unit_interval_evenly) {
-  detail::generator g(42);
+  generator g(42);
   int buckets[10] = {};
   for (int i = 0; i < 100000; ++i) {
     double u = g.next_unit();

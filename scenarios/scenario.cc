@@ -61,21 +61,6 @@ bool valid_name(std::string_view name) {
 
 }  // namespace
 
-std::uint64_t rng::next() noexcept {
-  std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-std::uint64_t rng::between(std::uint64_t lo, std::uint64_t hi) noexcept {
-  std::uint64_t span = hi - lo + 1;
-  if (span == 0) return next();  // the full 64-bit range
-  // Multiply-shift maps 64 random bits onto [0, span) without a modulo's bias for small spans.
-  __extension__ using u128 = unsigned __int128;
-  return lo + static_cast<std::uint64_t>((static_cast<u128>(next()) * span) >> 64);
-}
-
 bool context::check(bool ok, std::string_view invariant, std::string_view detail) {
   if (ok) return true;
   std::lock_guard lock(mu_);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "faults/random.h"
 
 namespace faultline::scenarios {
 
@@ -53,17 +54,8 @@ struct scenario {
   std::vector<bug_variant> bug_points;
 };
 
-/// A seeded generator (splitmix64) with portable mappings; no std distributions.
-class rng {
- public:
-  explicit rng(std::uint64_t seed) noexcept : state_(seed) {}
-  std::uint64_t next() noexcept;
-  /// Uniform in [lo, hi] (inclusive); lo <= hi.
-  std::uint64_t between(std::uint64_t lo, std::uint64_t hi) noexcept;
-
- private:
-  std::uint64_t state_;
-};
+/// The run's seeded generator: faultline's one splitmix64 (see faults/random.h).
+using rng = faults::generator;
 
 /// What a running scenario sees: its seed, generator, and invariant checks.
 class context {

@@ -1,14 +1,19 @@
-// The engine's random source: splitmix64 over one atomic counter, mapped to [0, 1) by hand.
+// faultline's seeded random source: splitmix64 over one atomic counter, mapped by hand.
 //
-// One generator per process, seeded by configure(). Each draw advances the counter atomically, so
-// draws from many threads never repeat or tear, and a single thread's draws under a fixed seed
-// are the same on every run and every standard library (no std distributions involved).
+// The fault engine holds one per process, seeded by configure(); scenarios draw their sizes and
+// choices from ones seeded by the run's seed. Each draw advances the counter atomically, so draws
+// from many threads never repeat or tear, and a single thread's draws under a fixed seed are the
+// same on every run and every standard library (no std distributions involved).
+//
+//   faults::generator g(seed);
+//   std::size_t bytes = g.between(256, 1 << 20);   // inclusive bounds
+//   bool fire = g.next_unit() < 0.05;
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 
-namespace faultline::faults::detail {
+namespace faultline::faults {
 
 /// splitmix64's output function: a bijective mix of a 64-bit counter value.
 constexpr std::uint64_t splitmix64_mix(std::uint64_t z) noexcept {
@@ -36,8 +41,17 @@ class generator {
   /// A double in [0, 1) from the top 53 bits (every value is exactly representable).
   double next_unit() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
+  /// Uniform in [lo, hi], both inclusive (lo <= hi). Multiply-shift maps 64 random bits onto the
+  /// span without a modulo's bias for small spans.
+  std::uint64_t between(std::uint64_t lo, std::uint64_t hi) noexcept {
+    const std::uint64_t span = hi - lo + 1;
+    if (span == 0) return next();  // the full 64-bit range
+    __extension__ using u128 = unsigned __int128;
+    return lo + static_cast<std::uint64_t>((static_cast<u128>(next()) * span) >> 64);
+  }
+
  private:
   std::atomic<std::uint64_t> state_;
 };
 
-}  // namespace faultline::faults::detail
+}  // namespace faultline::faults
