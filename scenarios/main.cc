@@ -25,7 +25,7 @@ constexpr const char* usage =
     "usage: faultline-scenarios list [--json]\n"
     "       faultline-scenarios run NAME\n"
     "Runs one scenario of faultline's reproducer catalog in this process. Environment:\n"
-    "  FAULTLINE_SEED    seed for the run's generators (decimal, default 1)\n"
+    "  FAULTLINE_SEED    seed for the run's generators (decimal or 0x-hex, default 1)\n"
     "  FAULTLINE_FAULTS  fault spec, e.g. 'bug/alloc/no-drain=print'\n"
     "  FAULTLINE_DEVICE  auto|sim|cuda\n";
 
@@ -51,16 +51,6 @@ int list(bool json) {
   return 0;
 }
 
-bool parse_seed(const char* text, std::uint64_t& seed) {
-  if (text == nullptr || *text == '\0') return true;
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(text, &end, 10);
-  if (errno != 0 || *end != '\0' || *text == '-') return false;
-  seed = v;
-  return true;
-}
-
 int run(std::string_view name) {
   const fs::scenario* s = fs::catalog().find(name);
   if (s == nullptr) {
@@ -68,18 +58,14 @@ int run(std::string_view name) {
                  static_cast<int>(name.size()), name.data());
     return 2;
   }
-  std::uint64_t seed = 1;
-  if (!parse_seed(std::getenv("FAULTLINE_SEED"), seed)) {
-    std::fprintf(stderr, "faultline-scenarios: FAULTLINE_SEED='%s' is not a decimal seed\n",
-                 std::getenv("FAULTLINE_SEED"));
-    return 2;
-  }
   faultline::agent::install();
+  // The engine reads FAULTLINE_SEED (and rejects a malformed one); the scenario's own generator
+  // takes the same seed, so one number replays both the faults and the scenario's choices.
   if (auto st = faultline::faults::configure_from_environment(); !st) {
     std::fprintf(stderr, "faultline-scenarios: %s\n", st.to_string().c_str());
     return 2;
   }
-  return fs::run_scenario(*s, seed);
+  return fs::run_scenario(*s, faultline::faults::current_seed());
 }
 
 }  // namespace
