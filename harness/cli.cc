@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 
+#include "faults/spec.h"
 #include "harness/campaign.h"
 #include "harness/detail/sys.h"
 #include "harness/duration.h"
@@ -162,6 +163,9 @@ settings resolve(const raw_args& a, std::uint64_t default_repeat) {
   auto method = stack_method_from_string(a.stacks);
   if (!method) throw usage_error{"--stacks '" + a.stacks + "': expected auto, gdb, agent, proc or none"};
   s.stacks.method = a.no_stacks ? stack_method::none : *method;
+  // A malformed spec is refused here, once, with its column: otherwise every run would start
+  // only to fail the same way.
+  if (auto parsed = faults::parse(a.faults); !parsed) throw usage_error{"--faults: " + parsed.error().message()};
   s.faults = a.faults;
   s.until_fail = a.until_fail;
 

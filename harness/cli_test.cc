@@ -60,6 +60,11 @@ TEST(cli, rejects_malformed_env_assignments) {
   expect_usage_error({"exec", "--env", "FAULTLINE_SEED=3", "--", "true"}, "set by faultline itself");
 }
 
+TEST(cli, rejects_a_malformed_fault_spec_before_any_run) {
+  expect_usage_error({"exec", "--faults", "sim/x=fial", "--", "true"}, "column 7: expected an action");
+  expect_usage_error({"run", "--all", "--faults", "bug/no/such=print"}, "--faults");
+}
+
 TEST(cli, rejects_an_unknown_stack_method) {
   expect_usage_error({"exec", "--stacks", "psychic", "--", "true"}, "expected auto, gdb, agent, proc or none");
 }
