@@ -102,13 +102,13 @@ void static_pool(context& ctx) {
 // Arrange: worker threads loop allocating and freeing through the per-device pool and straight
 //   through the device (cudaMalloc/cudaFree), never joined. Act: the work returns while they run.
 // Check: exit drains the calls in flight or refuses new ones cleanly (workers see errc::refused
-//   and stop; any other error they retry, as a prefetcher would); no device call after teardown;
-//   the process exits 0.
-// Bug point bug/alloc/no-drain with the sim's check-to-use window widened
-//   (sim/call/after-unloading-check=delay) and the teardown held open after it unmapped the
-//   context (sim/teardown/after-unmap=delay), as the real runtime's teardown takes a while: a call
-//   in flight reaches the dead pages, a SIGSEGV at exit in every run (calls that start after
-//   teardown are counted too, a fail at exit).
+//   and stop; any other error they retry, as a prefetcher would); no allocator call is still in
+//   flight once the runtime is torn down; no device call after teardown; the process exits 0.
+// Bug point bug/alloc/no-drain: on the sim alone, a SIGSEGV at exit in about 60% of runs (the real
+//   rate) and a fail at exit otherwise; the verify variant widens the sim's check-to-use window
+//   (sim/call/after-unloading-check=delay) and holds the teardown open after it unmapped the
+//   context (sim/teardown/after-unmap=delay), so a call in flight reaches the dead pages: a
+//   SIGSEGV at exit in every run. On an H100: a fail at exit (a call still in flight) every run.
 void thread_in_flight(context& ctx) {
   auto resource = alloc::get_per_device_resource(0);
   ctx.require(resource.has_value(), "per-device-resource", resource.error().to_string());
