@@ -186,14 +186,14 @@ TEST_F(cli_e2e, run_selects_by_pattern_and_rejects_unknown_names) {
 }
 
 TEST_F(cli_e2e, run_classifies_injected_crashes_and_hangs) {
-  auto crash = run_faultline({"run", "fake/behave", "--faults", "fake/crash", "--json", "--out", out()}, fake_env());
+  auto crash = run_faultline({"run", "fake/behave", "--faults", "fake/crash=print", "--json", "--out", out()}, fake_env());
   EXPECT_EQ(crash.status, 1);
   auto j = json_lines(crash.out).at(0);
   EXPECT_EQ(j["outcomes"]["crash"], 1);
   EXPECT_EQ(j["signatures"][0]["signature"].get<std::string>().rfind("SIGSEGV", 0), 0u);
   EXPECT_NE(j["repro"].get<std::string>().find("--faults fake/crash"), std::string::npos) << j["repro"];
 
-  auto hang = run_faultline({"run", "fake/behave", "--faults", "fake/hang", "--timeout", "1s", "--json", "--out", out()}, fake_env());
+  auto hang = run_faultline({"run", "fake/behave", "--faults", "fake/hang=print", "--timeout", "1s", "--json", "--out", out()}, fake_env());
   EXPECT_EQ(hang.status, 1);
   auto h = json_lines(hang.out).at(0);
   EXPECT_EQ(h["outcomes"]["hang"], 1);
@@ -202,7 +202,7 @@ TEST_F(cli_e2e, run_classifies_injected_crashes_and_hangs) {
 
 TEST_F(cli_e2e, until_fail_stops_at_the_first_failure_and_its_repro_replays_it) {
   // Even seeds pass and odd seeds fail: from seed 10 the second run fails.
-  auto r = run_faultline({"run", "fake/behave", "--faults", "fake/fail-on-odd-seed", "--seed", "10", "--until-fail", "--json",
+  auto r = run_faultline({"run", "fake/behave", "--faults", "fake/fail-on-odd-seed=print", "--seed", "10", "--until-fail", "--json",
                           "--out", out()},
                          fake_env());
   EXPECT_EQ(r.status, 1);

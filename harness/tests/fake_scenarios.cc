@@ -6,7 +6,7 @@
 //                  "invariant violated: fake/counter-balanced: ..." (detect_rate 0.95). With
 //                  FAKE_SCENARIOS_MISS_BUG=1 in the environment the bug goes undetected, so
 //                  verify must report FAIL.
-//   fake/behave    passes, unless FAULTLINE_FAULTS names one of:
+//   fake/behave    passes, unless FAULTLINE_FAULTS enables (e.g. "fake/crash=print") one of:
 //                    fake/crash             SIGSEGV
 //                    fake/hang              blocks forever
 //                    fake/fail-on-odd-seed  fails (invariant fake/even-seed) when the seed is odd
