@@ -98,6 +98,8 @@ std::set<std::string> phase_markers(const fs::path& run_dir, pid_t pid) {
   std::set<std::string> out;
   auto text = detail::read_file(run_dir / (agent::phase_file_prefix + std::to_string(pid)), 1 << 16);
   if (!text) return out;
+  // The agent maps the file at a fixed size: its unused tail is NUL bytes.
+  text->resize(std::min(text->size(), text->find('\0')));
   for (auto l : lines_of(*text))
     if (!l.empty()) out.emplace(l);
   return out;

@@ -20,6 +20,11 @@
 //                  "exit"           exit() began (preload: interposed exit(); exit() called
 //                                   inside libc itself, e.g. by error(), is not seen)
 //                A crash or hang after any of the last three is in phase `exit`.
+//                The agent sizes the file to phase_file_bytes and maps it shared, so that a
+//                mark is a store to memory, not a system call (marks at main's return and in
+//                exit() would otherwise slow down the very moment exit races happen at). The
+//                unused tail is NUL bytes: readers stop at the first NUL. Markers past the
+//                end of the file are dropped. Written with write(2) where the mapping fails.
 //   crash.PID    written by the crash handler: line 1 "signal N NAME", line 2 "thread TID NAME"
 //                (NAME: the thread's name, may be empty), then one frame per line:
 //                "#K ADDR MODULE+OFFSET FUNCTION".
@@ -28,6 +33,30 @@
 //                thread, a line "end". A thread that did not answer in time (signal blocked,
 //                thread stuck) has its header line and no frames. Every dump is appended, so a
 //                second signal adds a second set of blocks and a second "end".
+//   points.PID   fault points reached: one line per enabled item of FAULTLINE_FAULTS, its point
+//                pattern exactly as the spec names it ("sim/*", "exit/end"), appended the first
+//                time a point matching that item is reached in the process (whether or not its
+//                term then fires). Written by the fault engine (faultline::faults) and by the
+//                preloaded agent for its own points (exit/start, exit/end). A spec item that no
+//                process of any run reached names a point that does not exist or is never hit.
+//   crash-stacks.txt  written by the runner, not the agent: every thread of every process of
+//                the run, captured out of process (gdb or eu-stack) while a crashing process was
+//                stopped in the agent's handler (see "Crash capture" below); stacks.txt format.
+//
+// Crash capture (FAULTLINE_AGENT_CRASH):
+//   report   (default when unset) the crashing thread unwinds itself in the handler, symbolises
+//            and writes crash.PID with all its frames. Thorough, but it keeps the process alive
+//            for a while after the fault: at exit, another thread may finish exit() meanwhile
+//            and the process then exits 0 instead of dying by the signal (a perturbation).
+//   minimal  crash.PID gets its header and frame #0 (the interrupted pc, from the signal
+//            context) and the signal is passed on at once.
+//   stop     the handler writes one line "crash PID TID SIG\n" to the file descriptor named by
+//            FAULTLINE_AGENT_CRASH_FD (a pipe to the runner; PID and TID as the kernel of the
+//            runner numbers them), then stops the whole process with SIGSTOP. The runner
+//            captures every thread out of process and sends SIGCONT; the handler then writes
+//            crash.PID as in `minimal` and passes the signal on. When the descriptor cannot be
+//            written it behaves as `minimal`. Freezing within microseconds of the fault keeps
+//            the race between the crash and the rest of the process as it is without faultline.
 //
 // Frame lines:
 //   K         0 is the innermost frame: the exact instruction where the thread was interrupted
@@ -49,6 +78,10 @@
 //   FAULTLINE_RUN_DIR      where to write; without it the agent installs nothing. A relative
 //                          path is taken against the working directory at install time.
 //   FAULTLINE_AGENT_QUIET  "1": do not also print crash backtraces to stderr.
+//   FAULTLINE_AGENT_CRASH  "report" (default), "minimal" or "stop": see "Crash capture".
+//   FAULTLINE_AGENT_CRASH_FD  the runner's crash pipe, for "stop".
+//   FAULTLINE_FAULTS, FAULTLINE_SEED  the preloaded agent's own fault points exit/start and
+//                          exit/end (see preload.cc); other items are left to the fault engine.
 #pragma once
 
 #include <csignal>
@@ -62,6 +95,12 @@ inline constexpr const char* agent_file_prefix = "agent.";
 inline constexpr const char* phase_file_prefix = "phase.";
 inline constexpr const char* crash_file_prefix = "crash.";
 inline constexpr const char* stacks_file_prefix = "stacks.";
+inline constexpr const char* points_file_prefix = "points.";
+inline constexpr unsigned phase_file_bytes = 4096;
+inline constexpr const char* crash_stacks_file = "crash-stacks.txt";
+
+inline constexpr const char* crash_mode_env = "FAULTLINE_AGENT_CRASH";
+inline constexpr const char* crash_fd_env = "FAULTLINE_AGENT_CRASH_FD";
 
 inline constexpr const char* marker_run = "run";
 inline constexpr const char* marker_work_end = "work-end";
