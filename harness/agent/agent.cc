@@ -71,6 +71,16 @@ std::atomic<bool> agent_active{false};
 char run_dir_path[PATH_MAX];
 char exe_path[PATH_MAX];
 bool quiet_mode = false;
+
+// How a crash is reported (protocol.h, "Crash capture").
+enum class crash_mode { report, minimal, stop };
+crash_mode crash_reporting = crash_mode::report;
+int crash_channel_fd = -1;
+
+// phase.PID, mapped shared: a mark is a store, not a system call. phase_used counts the bytes
+// written (marks reserve their span with one fetch_add, so concurrent marks never overlap).
+char* phase_map = nullptr;
+std::atomic<std::uint32_t> phase_used{0};
 struct sigaction previous_actions[crash_signal_count];
 
 std::atomic<pid_t> crash_owner{0};
@@ -135,12 +145,49 @@ int open_pid_file(const char* prefix, pid_t pid, int flags) noexcept {
   return fd;
 }
 
+// Maps phase.PID of the calling process (created at phase_file_bytes, or reopened after exec
+// with its marks kept). Leaves phase_map null when that fails: marks then use write(2).
+void map_phase_file() noexcept {
+  phase_map = nullptr;
+  phase_used.store(0, std::memory_order_relaxed);
+  path_string path;
+  pid_file_path(path, phase_file_prefix, ::getpid());
+  if (path.overflowed()) return;
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);  // mmap needs read access
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || (st.st_size != 0 && st.st_size != phase_file_bytes) ||
+      (st.st_size == 0 && ::ftruncate(fd, phase_file_bytes) != 0)) {
+    ::close(fd);
+    return;
+  }
+  void* map = ::mmap(nullptr, phase_file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return;
+  phase_map = static_cast<char*>(map);
+  // After an exec the same pid's earlier image has marked already: continue after its marks.
+  const void* end = std::memchr(phase_map, '\0', phase_file_bytes);
+  phase_used.store(end ? static_cast<std::uint32_t>(static_cast<const char*>(end) - phase_map)
+                       : phase_file_bytes,
+                   std::memory_order_relaxed);
+}
+
 bool append_marker(const char* marker) noexcept {
   char line[max_marker_chars + 2];
   std::size_t n = ::strnlen(marker, max_marker_chars + 1);
   if (n == 0 || n > max_marker_chars || std::memchr(marker, '\n', n) != nullptr) return false;
   std::memcpy(line, marker, n);
   line[n] = '\n';
+  if (phase_map != nullptr) {
+    const auto bytes = static_cast<std::uint32_t>(n + 1);
+    const std::uint32_t at = phase_used.fetch_add(bytes, std::memory_order_relaxed);
+    if (at + bytes > phase_file_bytes) return false;  // full: later marks are dropped
+    std::memcpy(phase_map + at, line, n + 1);
+    return true;
+  }
   int fd = open_pid_file(phase_file_prefix, ::getpid(), O_APPEND);
   if (fd < 0) return false;
   bool ok = detail::write_all(fd, line, n + 1);  // one write: concurrent marks stay whole lines
@@ -365,12 +412,55 @@ void pass_on(int sig, pid_t tid) noexcept {
   ::syscall(SYS_tgkill, ::getpid(), tid, sig);
 }
 
+// The crash file's header and frame #0 only, from the signal context: no unwinding, one open
+// and one write, so the signal goes on within microseconds of the fault.
+void report_crash_briefly(int sig, pid_t tid, const void* context) noexcept {
+  char name[17];
+  thread_name(name);
+  int fd = open_pid_file(crash_file_prefix, ::getpid(), O_TRUNC);
+  if (fd < 0) return;
+  {
+    fd_writer out(fd);
+    out.str("signal ").dec(sig).chr(' ').str(signal_name(sig)).chr('\n');
+    out.str("thread ").dec(tid).chr(' ').str(name).chr('\n');
+    if (const std::uintptr_t pc = context_pc(context); pc != 0) {
+      detail::write_frame_line(out, 0, resolve_frame(pc, false), nullptr, max_demangle_chars);
+    }
+  }
+  ::close(fd);
+}
+
+// Tells the runner and stops the whole process (all threads) until it has taken every thread's
+// stack from outside. False when the runner cannot be told: nothing was stopped.
+bool stop_for_runner(int sig, pid_t tid) noexcept {
+  if (crash_channel_fd < 0) return false;
+  fixed_string<96> text;
+  text.str("crash ").dec(static_cast<std::uint64_t>(::getpid())).str(" ")
+      .dec(static_cast<std::uint64_t>(tid)).str(" ").dec(static_cast<std::uint64_t>(sig)).str("\n");
+  if (text.overflowed()) return false;
+  // One write below PIPE_BUF: atomic among the run's processes. SIGPIPE is blocked here.
+  if (::write(crash_channel_fd, text.c_str(), text.size()) != static_cast<ssize_t>(text.size())) return false;
+  ::kill(::getpid(), SIGSTOP);
+  return true;
+}
+
 void crash_handler(int sig, siginfo_t*, void* context) {
   int saved_errno = errno;
   pid_t self = current_tid();
   pid_t owner = 0;
   if (crash_owner.compare_exchange_strong(owner, self)) {
-    report_crash(sig, self, context);
+    switch (crash_reporting) {
+      case crash_mode::report:
+        report_crash(sig, self, context);
+        break;
+      case crash_mode::stop:
+        stop_for_runner(sig, self);
+        report_crash_briefly(sig, self, context);
+        break;
+      case crash_mode::minimal:
+        report_crash_briefly(sig, self, context);
+        break;
+    }
   } else if (owner != self) {
     // Another thread is writing its report and will take the process down; if its report
     // hangs, this thread's own signal does.
@@ -510,6 +600,9 @@ void after_fork_in_child() {
   dump_active.store(false);
   dump_request.store(0);
   if (!agent_active.load(std::memory_order_acquire)) return;
+  // The mapping came from the parent and still shows the parent's phase file: map our own.
+  if (phase_map != nullptr) ::munmap(phase_map, phase_file_bytes);
+  map_phase_file();
   write_agent_file();
   append_marker(marker_run);
 }
@@ -536,6 +629,23 @@ install_result install_once() noexcept {
 
   const char* quiet = std::getenv(quiet_env);
   quiet_mode = quiet != nullptr && std::strcmp(quiet, "1") == 0;
+  const char* mode = std::getenv(crash_mode_env);
+  if (mode != nullptr && std::strcmp(mode, "minimal") == 0) {
+    crash_reporting = crash_mode::minimal;
+  } else if (mode != nullptr && std::strcmp(mode, "stop") == 0) {
+    crash_reporting = crash_mode::stop;
+    const char* fd_text = std::getenv(crash_fd_env);
+    char* end = nullptr;
+    long fd = fd_text != nullptr ? std::strtol(fd_text, &end, 10) : -1;
+    // Only a descriptor that is open and a pipe: anything else may be the program's own file.
+    struct stat channel {};
+    if (end != fd_text && end != nullptr && *end == '\0' && fd >= 0 && fd < INT_MAX &&
+        ::fstat(static_cast<int>(fd), &channel) == 0 && S_ISFIFO(channel.st_mode)) {
+      crash_channel_fd = static_cast<int>(fd);
+    } else {
+      crash_reporting = crash_mode::minimal;
+    }
+  }
   ssize_t exe_chars = ::readlink("/proc/self/exe", exe_path, sizeof(exe_path) - 1);
   exe_path[exe_chars > 0 ? exe_chars : 0] = '\0';
 
@@ -578,6 +688,7 @@ install_result install_once() noexcept {
   }
   ::pthread_atfork(nullptr, nullptr, &after_fork_in_child);
 
+  map_phase_file();
   agent_active.store(true, std::memory_order_release);
   write_agent_file();
   append_marker(marker_run);

@@ -95,8 +95,14 @@ class run_directory {
   [[nodiscard]] std::string file(const char* prefix, pid_t pid) const {
     return path_ + "/" + prefix + std::to_string(pid);
   }
+  /// A PID file's text; for phase.PID, which the agent maps at a fixed size, up to its first NUL.
   [[nodiscard]] std::string read(const char* prefix, pid_t pid) const {
-    return read_file(file(prefix, pid));
+    std::string text = read_file(file(prefix, pid));
+    if (std::string_view(prefix) == phase_file_prefix) {
+      EXPECT_EQ(text.size(), phase_file_bytes) << "phase." << pid << " is mapped at a fixed size";
+      text.resize(std::min(text.size(), text.find('\0')));
+    }
+    return text;
   }
   [[nodiscard]] std::vector<std::string> names() const {
     std::vector<std::string> found;
@@ -723,6 +729,109 @@ TEST(agent_preload, puts_a_crash_in_a_static_destructor_in_the_exit_phase) {
   bool through_exit = false;  // libc's exit(), reached from the preload's exit()
   for (const frame_line& frame : report.frames) through_exit |= frame.function == "exit";
   EXPECT_TRUE(through_exit);
+}
+
+// The crash capture modes of protocol.h: what reaches crash.PID, and the stop handshake.
+TEST(agent_preload, minimal_crash_mode_writes_the_header_and_the_faulting_frame_only) {
+  run_directory dir;
+  std::vector<std::string> env = preload_env(dir);
+  env.push_back(std::string(crash_mode_env) + "=minimal");
+  child_process child({plain_program, "segv"}, env);
+  EXPECT_TRUE(killed_by(child.finish(), SIGSEGV)) << child.err();
+  crash_report report = parse_crash(dir.read(crash_file_prefix, child.pid()));
+  EXPECT_EQ(report.signal_line, "signal 11 SIGSEGV");
+  ASSERT_EQ(report.frames.size(), 1u);
+  // Not demangled in the handler (that takes time): the runner demangles it.
+  EXPECT_EQ(report.frames[0].function, "_ZN16agent_test_plain16plain_segv_frameEv");
+}
+
+char process_state(pid_t pid) {
+  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  auto close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
+}
+
+TEST(agent_preload, stop_crash_mode_tells_the_runner_and_waits_for_sigcont) {
+  run_directory dir;
+  int channel[2];
+  ASSERT_EQ(::pipe(channel), 0);  // the write end is inherited, as the runner's is
+  ::fcntl(channel[0], F_SETFD, FD_CLOEXEC);
+  std::vector<std::string> env = preload_env(dir);
+  env.push_back(std::string(crash_mode_env) + "=stop");
+  env.push_back(std::string(crash_fd_env) + "=" + std::to_string(channel[1]));
+  child_process child({plain_program, "segv"}, env);
+  ::close(channel[1]);
+  pollfd p{channel[0], POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 10000), 1) << "no crash record from the agent";
+  char line[128] = {};
+  ASSERT_GT(::read(channel[0], line, sizeof(line) - 1), 0);
+  ::close(channel[0]);
+  EXPECT_EQ(std::string(line), "crash " + std::to_string(child.pid()) + " " +
+                                   std::to_string(child.pid()) + " " + std::to_string(SIGSEGV) + "\n");
+  // The whole process stops and stays stopped until it is continued.
+  char state = '?';
+  for (int i = 0; i < 200 && (state = process_state(child.pid())) != 'T'; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(state, 'T');
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(process_state(child.pid()), 'T');
+  EXPECT_EQ(dir.read(crash_file_prefix, child.pid()), "");  // nothing written before SIGCONT
+  ::kill(child.pid(), SIGCONT);
+  EXPECT_TRUE(killed_by(child.finish(), SIGSEGV)) << child.err();
+  crash_report report = parse_crash(dir.read(crash_file_prefix, child.pid()));
+  ASSERT_EQ(report.frames.size(), 1u);
+  // Not demangled in the handler (that takes time): the runner demangles it.
+  EXPECT_EQ(report.frames[0].function, "_ZN16agent_test_plain16plain_segv_frameEv");
+}
+
+TEST(agent_preload, stop_crash_mode_without_a_pipe_does_not_stop) {
+  run_directory dir;
+  std::vector<std::string> env = preload_env(dir);
+  env.push_back(std::string(crash_mode_env) + "=stop");
+  env.push_back(std::string(crash_fd_env) + "=not-a-number");
+  child_process child({plain_program, "segv"}, env);
+  EXPECT_TRUE(killed_by(child.finish(), SIGSEGV)) << child.err();
+  EXPECT_EQ(parse_crash(dir.read(crash_file_prefix, child.pid())).frames.size(), 1u);
+}
+
+// exit/start and exit/end, the preload's own fault points.
+TEST(agent_preload, exit_points_fire_in_order_and_are_recorded_as_reached) {
+  run_directory dir;
+  std::vector<std::string> env = preload_env(dir);
+  env.push_back("FAULTLINE_FAULTS=sim/*=fail;exit/start=print;exit/*=print");
+  child_process child({plain_program, "return", "3"}, env);
+  EXPECT_TRUE(exited_with(child.finish(), 3)) << child.err();
+  const std::string& err = child.err();
+  auto start = err.find("fault point exit/start reached");
+  auto end = err.find("fault point exit/end reached");
+  ASSERT_NE(start, std::string::npos) << err;
+  ASSERT_NE(end, std::string::npos) << err;
+  EXPECT_LT(start, end);
+  EXPECT_EQ(dir.read(points_file_prefix, child.pid()), "exit/start\nexit/*\n");
+}
+
+TEST(agent_preload, exit_end_comes_after_static_destructors) {
+  // The program's static destructor crashes: exit/end, which runs after every destructor, is
+  // never reached, while exit/start is.
+  run_directory dir;
+  std::vector<std::string> env = preload_env(dir);
+  env.push_back("FAULTLINE_FAULTS=exit/start=print;exit/end=print");
+  child_process child({plain_program, "exit-segv"}, env);
+  EXPECT_TRUE(killed_by(child.finish(), SIGSEGV)) << child.err();
+  EXPECT_EQ(dir.read(points_file_prefix, child.pid()), "exit/start\n");
+}
+
+TEST(agent_preload, exit_kill_and_delay_act) {
+  run_directory dir;
+  std::vector<std::string> env = preload_env(dir);
+  env.push_back("FAULTLINE_FAULTS=exit/end=kill");
+  child_process killed({plain_program, "return", "0"}, env);
+  EXPECT_TRUE(killed_by(killed.finish(), SIGKILL)) << killed.err();
+
+  env.back() = "FAULTLINE_FAULTS=exit/start=delay(300ms)";
+  auto begin = std::chrono::steady_clock::now();
+  child_process delayed({plain_program, "return", "0"}, env);
+  EXPECT_TRUE(exited_with(delayed.finish(), 0)) << delayed.err();
+  EXPECT_GE(std::chrono::steady_clock::now() - begin, 300ms);
 }
 
 TEST(agent_preload, is_harmless_without_a_run_dir) {

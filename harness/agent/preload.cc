@@ -5,6 +5,16 @@
 // nothing: install() does nothing and the wrappers only forward. Children inherit LD_PRELOAD
 // (and the agent, after fork()), and write their own PID files.
 //
+// Two fault points of its own make exit races reproducible in any program, named in
+// FAULTLINE_FAULTS like every other point (actions off, delay, abort, kill, print):
+//   exit/start  when exit() begins (main returned or exit() was called), before any handler;
+//   exit/end    after every atexit handler, static destructor and shared-library destructor has
+//               run, just before the process ends: exit/end=delay(100ms) keeps the process alive
+//               in its torn-down state while its other threads run into what was torn down.
+// exit/end is an exit handler registered before __libc_start_main registers the loader's, so it
+// runs after all of them. Neither is reached by _exit(), quick_exit() or a fatal signal.
+// When nothing names them, they cost one branch at exit.
+//
 // Built with hidden visibility: only the two interposed C symbols are exported, so a program
 // that also links the agent statically keeps its own copy distinct from this one.
 #include <dlfcn.h>
@@ -13,8 +23,19 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <fcntl.h>
+#include <time.h>
+
+#include <cerrno>
+#include <climits>
+
+#include "faults/random.h"
 #include "harness/agent/agent.h"
+#include "harness/agent/detail/exit_points.h"
+#include "harness/agent/detail/text.h"
 #include "harness/agent/protocol.h"
+
+extern "C" int __cxa_atexit(void (*fn)(void*), void* arg, void* dso_handle);
 
 namespace {
 
@@ -24,6 +45,61 @@ using exit_fn = void (*)(int);
 
 main_fn real_main = nullptr;
 exit_fn real_exit = nullptr;
+
+namespace detail = faultline::agent::detail;
+
+detail::exit_plan exit_start_plan;
+detail::exit_plan exit_end_plan;
+faultline::faults::generator exit_rng;
+
+std::uint64_t draw_exit_random() { return exit_rng.next(); }
+
+// Appends the item's pattern to points.PID: the harness reports items no run ever reached.
+void record_reached(const char* pattern) {
+  const char* dir = faultline::agent::run_dir();
+  if (dir == nullptr) return;
+  detail::fixed_string<PATH_MAX> path;
+  path.str(dir).str("/").str(faultline::agent::points_file_prefix).dec(static_cast<std::uint64_t>(::getpid()));
+  if (path.overflowed()) return;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  detail::fd_writer out(fd);
+  out.str(pattern).chr('\n');
+  out.flush();
+  ::close(fd);
+}
+
+void sleep_ns(std::uint64_t ns) {
+  timespec left{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  while (::nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+}
+
+// One hit of an exit point: at most once per process each (exit runs once).
+void hit_exit_point(detail::exit_plan& plan, const char* name) {
+  if (!plan.enabled) return;
+  record_reached(plan.pattern);
+  const detail::exit_term t = detail::evaluate_exit_plan(plan, &draw_exit_random);
+  switch (t.action) {
+    case detail::exit_action::off:
+      break;
+    case detail::exit_action::delay:
+      sleep_ns(t.delay_ns);
+      break;
+    case detail::exit_action::print: {
+      detail::fd_writer err(STDERR_FILENO);
+      err.str("faultline: fault point ").str(name).str(" reached (injected: print)\n");
+      break;
+    }
+    case detail::exit_action::abort:
+      std::abort();
+    case detail::exit_action::kill:
+      ::kill(::getpid(), SIGKILL);
+      break;
+  }
+}
+
+void exit_end_handler(void*) { hit_exit_point(exit_end_plan, "exit/end"); }
 
 [[noreturn]] void die(const char* what) {
   const char prefix[] = "faultline-agent (preload): cannot find ";
@@ -43,7 +119,13 @@ exit_fn next_exit() {
 
 [[gnu::constructor]] void preload_init() {
   next_exit();  // resolve now: dlsym at exit time would run in a process that may be damaged
-  faultline::agent::install();
+  if (faultline::agent::install().status != faultline::agent::install_status::installed) return;
+  const char* spec = std::getenv("FAULTLINE_FAULTS");
+  if (spec == nullptr || *spec == '\0') return;
+  detail::plan_exit_point(spec, "exit/start", exit_start_plan);
+  detail::plan_exit_point(spec, "exit/end", exit_end_plan);
+  std::uint64_t seed = 0;
+  if (detail::parse_seed_text(std::getenv("FAULTLINE_SEED"), seed)) exit_rng.reseed(seed);
 }
 
 int wrapped_main(int argc, char** argv, char** envp) {
@@ -62,11 +144,15 @@ extern "C" [[gnu::visibility("default")]] int __libc_start_main(
   auto next = reinterpret_cast<start_main_fn>(::dlsym(RTLD_NEXT, "__libc_start_main"));
   if (next == nullptr) die("__libc_start_main");
   real_main = main;
+  // Registered before the real __libc_start_main registers the loader's exit handler, and before
+  // any static constructor of the program runs: it runs after all of them.
+  if (exit_end_plan.enabled) __cxa_atexit(&exit_end_handler, nullptr, nullptr);
   return next(&wrapped_main, argc, argv, init, fini, rtld_fini, stack_end);
 }
 
 extern "C" [[gnu::visibility("default")]] void exit(int status) noexcept {
   faultline::agent::mark(faultline::agent::marker_exit);
+  hit_exit_point(exit_start_plan, "exit/start");
   next_exit()(status);
   ::_exit(status);  // not reached: the real exit() does not return
 }

@@ -1,0 +1,210 @@
+#include "harness/agent/detail/exit_points.h"
+
+#include <cstring>
+
+namespace faultline::agent::detail {
+namespace {
+
+bool is_space(char c) noexcept { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// A view [b, e) of the spec text.
+struct span {
+  const char* b;
+  const char* e;
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(e - b); }
+  [[nodiscard]] bool empty() const noexcept { return b == e; }
+};
+
+span trim(span s) noexcept {
+  while (s.b < s.e && is_space(*s.b)) ++s.b;
+  while (s.e > s.b && is_space(s.e[-1])) --s.e;
+  return s;
+}
+
+bool equals(span s, const char* word) noexcept {
+  const std::size_t n = std::strlen(word);
+  return s.size() == n && std::memcmp(s.b, word, n) == 0;
+}
+
+// Where `needle` next occurs in s, or s.e.
+const char* find(span s, const char* needle) noexcept {
+  const std::size_t n = std::strlen(needle);
+  for (const char* p = s.b; p + n <= s.e; ++p)
+    if (std::memcmp(p, needle, n) == 0) return p;
+  return s.e;
+}
+
+bool parse_u64(span s, std::uint64_t& out) noexcept {
+  s = trim(s);
+  if (s.empty()) return false;
+  std::uint64_t v = 0;
+  for (const char* p = s.b; p < s.e; ++p) {
+    if (*p < '0' || *p > '9') return false;
+    const std::uint64_t digit = static_cast<std::uint64_t>(*p - '0');
+    if (v > (UINT64_MAX - digit) / 10) return false;
+    v = v * 10 + digit;
+  }
+  out = v;
+  return true;
+}
+
+// "5", "0.5", "12.25" percent -> parts per billion (at most 7 decimals, at most 100%).
+bool parse_percent(span s, std::uint32_t& ppb) noexcept {
+  s = trim(s);
+  const char* dot = s.b;
+  while (dot < s.e && *dot != '.') ++dot;
+  std::uint64_t whole = 0;
+  if (!parse_u64({s.b, dot}, whole) || whole > 100) return false;
+  std::uint64_t frac = 0;
+  std::uint64_t scale = 10'000'000;  // ppb per percent
+  if (dot < s.e) {
+    const span digits{dot + 1, s.e};
+    if (digits.empty() || digits.size() > 7) return false;
+    for (const char* p = digits.b; p < digits.e; ++p) {
+      if (*p < '0' || *p > '9') return false;
+      scale /= 10;
+      frac += static_cast<std::uint64_t>(*p - '0') * scale;
+    }
+  }
+  const std::uint64_t total = whole * 10'000'000 + frac;
+  if (total > 1'000'000'000) return false;
+  ppb = static_cast<std::uint32_t>(total);
+  return true;
+}
+
+bool parse_duration(span s, std::uint64_t& ns) noexcept {
+  s = trim(s);
+  const char* unit = s.b;
+  while (unit < s.e && *unit >= '0' && *unit <= '9') ++unit;
+  std::uint64_t n = 0;
+  if (!parse_u64({s.b, unit}, n)) return false;
+  const span u = trim({unit, s.e});
+  std::uint64_t factor = 0;
+  if (equals(u, "ns")) factor = 1;
+  else if (equals(u, "us")) factor = 1'000;
+  else if (equals(u, "ms")) factor = 1'000'000;
+  else if (equals(u, "s")) factor = 1'000'000'000;
+  else return false;
+  if (n > UINT64_MAX / factor) return false;
+  ns = n * factor;
+  return true;
+}
+
+bool parse_term(span s, exit_term& t) noexcept {
+  s = trim(s);
+  t = exit_term{};
+  if (const char* pct = find(s, "%"); pct != s.e) {
+    if (!parse_percent({s.b, pct}, t.probability_ppb)) return false;
+    s = trim({pct + 1, s.e});
+  }
+  if (const char* star = find(s, "*"); star != s.e && find({s.b, star}, "(") == star) {
+    if (!parse_u64({s.b, star}, t.remaining) || t.remaining == 0) return false;
+    t.limited = true;
+    s = trim({star + 1, s.e});
+  }
+  span name = s, args{s.e, s.e};
+  bool has_args = false;
+  if (const char* open = find(s, "("); open != s.e) {
+    if (s.e[-1] != ')') return false;
+    name = trim({s.b, open});
+    args = {open + 1, s.e - 1};
+    has_args = true;
+  }
+  if (equals(name, "delay")) {
+    t.action = exit_action::delay;
+    return has_args && parse_duration(args, t.delay_ns);
+  }
+  if (has_args && !trim(args).empty()) return false;
+  if (equals(name, "off")) t.action = exit_action::off;
+  else if (equals(name, "abort")) t.action = exit_action::abort;
+  else if (equals(name, "kill")) t.action = exit_action::kill;
+  else if (equals(name, "print")) t.action = exit_action::print;
+  else return false;
+  return true;
+}
+
+// How well `pattern` covers `point`: 0 = not at all, else higher is more specific.
+std::size_t match_rank(span pattern, const char* point) noexcept {
+  const std::size_t n = std::strlen(point);
+  if (pattern.size() == n && std::memcmp(pattern.b, point, n) == 0) return SIZE_MAX;
+  if (!pattern.empty() && pattern.e[-1] == '*') {
+    const std::size_t prefix = pattern.size() - 1;
+    if (prefix <= n && std::memcmp(pattern.b, point, prefix) == 0) return prefix + 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void plan_exit_point(const char* spec, const char* point, exit_plan& plan) noexcept {
+  plan = exit_plan{};
+  if (spec == nullptr) return;
+  const span all{spec, spec + std::strlen(spec)};
+  std::size_t best = 0;
+  span best_item{nullptr, nullptr};
+  span best_pattern{nullptr, nullptr};
+  for (const char* at = all.b; at <= all.e;) {
+    const char* end = find({at, all.e}, ";");
+    const span item = trim({at, end});
+    at = end + 1;
+    if (item.empty()) continue;
+    const char* eq = find(item, "=");
+    if (eq == item.e) continue;
+    const span pattern = trim({item.b, eq});
+    const std::size_t rank = match_rank(pattern, point);
+    if (rank > best) {
+      best = rank;
+      best_item = {eq + 1, item.e};
+      best_pattern = pattern;
+    }
+  }
+  if (best == 0 || best_pattern.size() > max_pattern_chars) return;
+  std::size_t count = 0;
+  for (const char* at = best_item.b; at <= best_item.e;) {
+    const char* arrow = find({at, best_item.e}, "->");
+    if (count == max_exit_terms || !parse_term({at, arrow}, plan.terms[count])) return;
+    ++count;
+    at = arrow + 2;
+  }
+  std::memcpy(plan.pattern, best_pattern.b, best_pattern.size());
+  plan.pattern[best_pattern.size()] = '\0';
+  plan.term_count = count;
+  plan.enabled = count > 0;
+}
+
+exit_term evaluate_exit_plan(exit_plan& plan, std::uint64_t (*draw)()) noexcept {
+  for (std::size_t i = 0; i < plan.term_count; ++i) {
+    exit_term& t = plan.terms[i];
+    if (t.limited && t.remaining == 0) continue;
+    if (t.probability_ppb < 1'000'000'000) {
+      // The top 53 bits as a fraction of one, against the chance in parts per billion, as the
+      // fault engine draws (faults/engine.cc).
+      const double unit = static_cast<double>(draw() >> 11) * 0x1.0p-53;
+      if (!(unit * 1e9 < static_cast<double>(t.probability_ppb))) continue;
+    }
+    if (t.limited) --t.remaining;
+    return t;
+  }
+  return exit_term{};
+}
+
+bool parse_seed_text(const char* text, std::uint64_t& out) noexcept {
+  if (text == nullptr || *text == '\0') return false;
+  const span s{text, text + std::strlen(text)};
+  if (s.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
+    std::uint64_t v = 0;
+    if (s.size() > 18) return false;
+    for (const char* p = text + 2; p < s.e; ++p) {
+      int d = (*p >= '0' && *p <= '9') ? *p - '0'
+            : (*p >= 'a' && *p <= 'f') ? *p - 'a' + 10
+            : (*p >= 'A' && *p <= 'F') ? *p - 'A' + 10 : -1;
+      if (d < 0) return false;
+      v = v << 4 | static_cast<std::uint64_t>(d);
+    }
+    out = v;
+    return true;
+  }
+  return parse_u64(s, out);
+}
+
+}  // namespace faultline::agent::detail
