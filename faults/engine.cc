@@ -6,8 +6,13 @@
 #include <fiu-control.h>
 #include <fiu.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <cerrno>
 #include <cstdlib>
 #include <functional>
@@ -108,6 +113,7 @@ struct term_state {
 // One enabled item; its address is the failinfo libfiu hands back to the callback.
 struct item_state {
   std::string pattern;
+  std::atomic<bool> reached{false};  // some hit matched this item: recorded once per process
   std::unique_ptr<term_state[]> terms;
   std::size_t term_count = 0;
 };
@@ -136,6 +142,10 @@ engine& the_engine() {
 struct pending_action {
   bool set = false;
   detail::action_record record;
+  // An item reached for the first time in this process, to record once fiu_fail has returned
+  // (its pattern is copied: the item may be replaced by then).
+  bool newly_reached = false;
+  char reached_pattern[256] = {};
 };
 thread_local pending_action pending;
 
@@ -143,6 +153,11 @@ thread_local pending_action pending;
 int evaluate(const char* /*pattern*/, int* /*failnum*/, void** failinfo, unsigned int* /*flags*/) {
   auto* item = static_cast<item_state*>(*failinfo);
   engine& e = the_engine();
+  if (!item->reached.load(std::memory_order_relaxed) && !item->reached.exchange(true) &&
+      item->pattern.size() < sizeof(pending.reached_pattern)) {
+    std::memcpy(pending.reached_pattern, item->pattern.c_str(), item->pattern.size() + 1);
+    pending.newly_reached = true;
+  }
   for (std::size_t i = 0; i < item->term_count; ++i) {
     term_state& t = item->terms[i];
     if (t.limited && t.remaining.load(std::memory_order_relaxed) == 0) continue;
@@ -162,12 +177,33 @@ int evaluate(const char* /*pattern*/, int* /*failnum*/, void** failinfo, unsigne
   return 0;
 }
 
+// Appends `pattern` to $FAULTLINE_RUN_DIR/points.PID (the harness's protocol, see
+// harness/agent/protocol.h), so that a run can say which enabled items were ever reached.
+void record_reached(const char* pattern) noexcept {
+  const char* dir = std::getenv("FAULTLINE_RUN_DIR");
+  if (dir == nullptr || *dir == '\0') return;
+  char path[4096];
+  const int n = std::snprintf(path, sizeof path, "%s/%s%ld", dir, reached_points_file_prefix,
+                              static_cast<long>(::getpid()));
+  if (n <= 0 || static_cast<std::size_t>(n) >= sizeof path) return;
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  char line[sizeof(pending_action::reached_pattern) + 1];
+  const std::size_t len = std::strlen(pattern);
+  std::memcpy(line, pattern, len);
+  line[len] = '\n';
+  (void)!::write(fd, line, len + 1);  // one write: lines from several threads stay whole
+  ::close(fd);
+}
+
 points::outcome hook(const char* name) noexcept {
   engine& e = the_engine();
   counter_cell* cell = e.counters.find_or_add(name);
   if (cell != nullptr) cell->hits.fetch_add(1, std::memory_order_relaxed);
   pending.set = false;
+  pending.newly_reached = false;
   const int failnum = fiu_fail(name);
+  if (pending.newly_reached) record_reached(pending.reached_pattern);
   if (failnum == 0) return {};
   if (cell != nullptr) cell->fires.fetch_add(1, std::memory_order_relaxed);
   if (!pending.set) return {true, failnum};  // enabled from outside (fiu-ctrl): a plain failure

@@ -19,6 +19,10 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "core/device/device.h"
 #include "faults/random.h"
 #include "faults/points/point.h"
@@ -217,6 +221,26 @@ TEST_F(engine_test, records_the_seed_and_the_canonical_spec) {
   EXPECT_EQ(current_spec(), "t/x=5%fail(ENOMEM);t/y=delay(1s)");
   disable_all();
   EXPECT_EQ(current_spec(), "");
+}
+
+TEST_F(engine_test, records_each_item_reached_once_in_the_run_directory) {
+  char dir_template[] = "/tmp/faultline-engine-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  ASSERT_EQ(::setenv("FAULTLINE_RUN_DIR", dir.c_str(), 1), 0);
+  // t/never is enabled but never hit; t/* is reached through a draw that does not fire.
+  configure_ok("t/exact=fail;t/*=0%fail;t/never=fail");
+  EXPECT_EQ(hit("t/exact"), 1);
+  EXPECT_EQ(hit("t/exact"), 1);
+  EXPECT_EQ(hit("t/other"), 0);
+  EXPECT_EQ(hit("u/unrelated"), 0);
+  ::unsetenv("FAULTLINE_RUN_DIR");
+  const std::string path = dir + "/" + reached_points_file_prefix + std::to_string(::getpid());
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), "t/exact\nt/*\n");
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(engine_test, counters_are_kept_per_point_and_reset_to_zero) {
