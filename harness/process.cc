@@ -111,6 +111,8 @@ core::result<child> spawn(const spawn_options& o) {
   else posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   if (o.stderr_fd >= 0) posix_spawn_file_actions_adddup2(&fa, o.stderr_fd, 2);
   else posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  // dup2 onto itself clears close-on-exec in the child only (glibc >= 2.29).
+  for (int fd : o.keep_fds) posix_spawn_file_actions_adddup2(&fa, fd, fd);
   sigset_t all, none;
   sigfillset(&all);
   sigdelset(&all, SIGKILL);

@@ -43,6 +43,8 @@ struct spawn_options {
   int stdout_fd = -1;             ///< stdout goes here (-1: /dev/null)
   int stderr_fd = -1;             ///< stderr goes here (-1: wherever stdout goes)
   bool new_process_group = true;  ///< the child leads a new process group (pgid = its pid)
+  std::vector<int> keep_fds;      ///< descriptors the child inherits at the same number (the
+                                  ///< harness's own are close-on-exec; these are made inheritable)
 };
 
 /// An owned child process: its pid and a pidfd. Move-only. Destroying a child that was not
