@@ -87,6 +87,9 @@ struct run_evidence {
   std::filesystem::path run_dir;
   std::filesystem::path log_path;
   std::filesystem::path stacks_path;  ///< empty when no stacks were taken
+  /// Every thread of the run's tree, captured out of process while a crashing process was
+  /// stopped in the agent's handler (agent::crash_stacks_file); empty when none was taken.
+  std::filesystem::path crash_stacks_path;
   bool spawn_failed = false;
   std::string spawn_error;
   bool timed_out = false;

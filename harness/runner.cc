@@ -1,12 +1,20 @@
 #include "harness/runner.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
 #include <set>
+#include <sstream>
+#include <string_view>
+#include <thread>
+
+#include "faults/engine.h"
+#include "harness/core_dump.h"
 
 #include "harness/agent/protocol.h"
 #include "harness/detail/sys.h"
@@ -38,7 +46,94 @@ core::status prepare(const run_request& rq, int& log_fd) {
   return {};
 }
 
+static_assert(std::string_view(agent::points_file_prefix) == faults::reached_points_file_prefix,
+              "the fault engine and the agent write the same points.PID files");
+
+// The agent's side of `outside` capture: a pipe whose write end every process of the run
+// inherits (FAULTLINE_AGENT_CRASH_FD), read by the runner.
+struct crash_channel {
+  int read_fd = -1;
+  int write_fd = -1;
+  std::string pending;  // a partial line
+  ~crash_channel() {
+    if (read_fd >= 0) ::close(read_fd);
+    if (write_fd >= 0) ::close(write_fd);
+  }
+};
+
+// Process state letter from /proc/PID/stat ('T' stopped, 'Z' zombie), or 0 when it is gone.
+char state_of(pid_t pid) {
+  auto st = detail::read_stat(pid);
+  return st ? st->state : 0;
+}
+
+// Waits (bounded) until `pid` has stopped; false when it died or did not stop in time.
+bool wait_stopped(pid_t pid, std::chrono::milliseconds bound) {
+  const auto until = clock::now() + bound;
+  for (;;) {
+    const char st = state_of(pid);
+    if (st == 'T' || st == 't') return true;
+    if (st == 0 || st == 'Z' || st == 'X' || clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// Reads the crash records available on the channel: the pids that reported a crash.
+std::vector<pid_t> read_crash_records(crash_channel& ch) {
+  std::vector<pid_t> pids;
+  char buf[512];
+  for (;;) {
+    ssize_t n = ::read(ch.read_fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    ch.pending.append(buf, static_cast<std::size_t>(n));
+  }
+  std::size_t nl;
+  while ((nl = ch.pending.find('\n')) != std::string::npos) {
+    std::istringstream line(ch.pending.substr(0, nl));
+    ch.pending.erase(0, nl + 1);
+    std::string word;
+    long pid = 0, tid = 0, sig = 0;
+    if (line >> word >> pid >> tid >> sig && word == "crash" && pid > 0) pids.push_back(static_cast<pid_t>(pid));
+  }
+  return pids;
+}
+
 }  // namespace
+
+std::string_view to_string(crash_capture c) noexcept {
+  switch (c) {
+    case crash_capture::automatic: return "auto";
+    case crash_capture::core: return "core";
+    case crash_capture::outside: return "outside";
+    case crash_capture::minimal: return "minimal";
+    case crash_capture::inside: return "inside";
+    case crash_capture::none: return "none";
+  }
+  return "auto";
+}
+
+std::optional<crash_capture> crash_capture_from_string(std::string_view s) noexcept {
+  for (auto c : {crash_capture::automatic, crash_capture::core, crash_capture::outside, crash_capture::minimal,
+                 crash_capture::inside, crash_capture::none})
+    if (to_string(c) == s) return c;
+  return std::nullopt;
+}
+
+crash_capture resolve_crash_capture(crash_capture requested, std::string* why) {
+  if (why) why->clear();
+  if (requested == crash_capture::automatic || requested == crash_capture::core) {
+    const std::string no_cores = enable_core_capture();
+    if (no_cores.empty()) return crash_capture::core;
+    if (why) *why = no_cores;
+    return crash_capture::none;
+  }
+  if (requested == crash_capture::outside && !gdb_available()) {
+    if (why) *why = "gdb is not installed";
+    return crash_capture::minimal;
+  }
+  return requested;
+}
 
 std::vector<std::string> faultline_shm_entries() {
   std::vector<std::string> out;
@@ -75,6 +170,30 @@ run_report run_once(const run_request& rq) {
   set_env(env, "TEST_PREMATURE_EXIT_FILE", fs::absolute(rq.run_dir / premature_exit_file).string());
   if (rq.gtest_output && !get_env(env, "GTEST_OUTPUT"))
     set_env(env, "GTEST_OUTPUT", "xml:" + fs::absolute(rq.run_dir / gtest_xml_file).string());
+  crash_channel channel;
+  const crash_capture capture = get_env(env, agent::crash_mode_env) ? crash_capture::none : resolve_crash_capture(rq.crash);
+  if (!get_env(env, agent::crash_mode_env)) {
+    switch (capture) {
+      case crash_capture::outside: {
+        int fds[2];
+        if (::pipe2(fds, O_CLOEXEC) == 0) {
+          channel.read_fd = fds[0];
+          channel.write_fd = fds[1];
+          ::fcntl(channel.read_fd, F_SETFL, O_NONBLOCK);
+          set_env(env, agent::crash_mode_env, "stop");
+          set_env(env, agent::crash_fd_env, std::to_string(channel.write_fd));
+        } else {
+          set_env(env, agent::crash_mode_env, "minimal");
+        }
+        break;
+      }
+      case crash_capture::minimal: set_env(env, agent::crash_mode_env, "minimal"); break;
+      case crash_capture::inside: set_env(env, agent::crash_mode_env, "report"); break;
+      case crash_capture::core:
+      case crash_capture::none:
+      case crash_capture::automatic: set_env(env, agent::crash_mode_env, "off"); break;
+    }
+  }
   const std::set<std::string> shm_before = [&] {
     auto v = rq.check_shm ? faultline_shm_entries() : std::vector<std::string>{};
     return std::set<std::string>(v.begin(), v.end());
@@ -84,9 +203,14 @@ run_report run_once(const run_request& rq) {
   so.argv = rq.argv;
   so.envp = std::move(env);
   so.stdout_fd = log_fd;
+  if (channel.write_fd >= 0) so.keep_fds.push_back(channel.write_fd);
   const auto start = clock::now();
   auto spawned = spawn(so);
   ::close(log_fd);
+  if (channel.write_fd >= 0) {
+    ::close(channel.write_fd);  // the run's processes hold it now
+    channel.write_fd = -1;
+  }
   if (!spawned) {
     ev.spawn_failed = true;
     ev.spawn_error = spawned.error().message();
@@ -95,17 +219,40 @@ run_report run_once(const run_request& rq) {
   }
   child& leader = *spawned;
   ev.leader = leader.pid();
+  fs::path crash_stacks;
   process_tree tree(leader.pid(), fs::absolute(rq.run_dir).string());
 
   // Wait for the leader, rescanning the tree on a backoff so that short-lived intermediates
-  // are seen before they exit and their children get reparented.
-  const auto deadline = start + rq.timeout;
+  // are seen before they exit and their children get reparented. A crash record on the channel
+  // interrupts the wait: the crashing process is stopped and waits for its capture.
+  auto deadline = start + rq.timeout;
   auto tick = std::chrono::milliseconds(5);
   bool exited = false;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
     if (left.count() <= 0) break;
-    if (leader.wait_exit_for(std::min(left, tick))) {
+    pollfd waits[2] = {{leader.pidfd(), POLLIN, 0}, {channel.read_fd, POLLIN, 0}};
+    int woke = ::poll(waits, 2, static_cast<int>(std::min(left, tick).count()));
+    if (woke < 0 && errno != EINTR) woke = 1;  // a pidfd that cannot be polled: treat as gone
+    if (woke > 0 && waits[1].revents != 0) {
+      const auto paused = clock::now();
+      for (pid_t pid : read_crash_records(channel)) {
+        // Stopped by its own SIGSTOP: capture everything from outside, then let it die.
+        if (!wait_stopped(pid, std::chrono::seconds(2))) continue;
+        tree.refresh();
+        const auto out = rq.run_dir / agent::crash_stacks_file;
+        stack_options so_stacks = rq.stacks;
+        so_stacks.method = stack_method::gdb;
+        if (capture_stacks(tree.alive(), rq.run_dir, out, so_stacks)) crash_stacks = out;
+        ::kill(pid, SIGCONT);
+      }
+      if (waits[1].revents & (POLLHUP | POLLERR)) {
+        ::close(channel.read_fd);  // every writer is gone: stop polling it
+        channel.read_fd = -1;
+      }
+      deadline += clock::now() - paused;  // the program was not running meanwhile
+    }
+    if (woke > 0 && waits[0].revents != 0) {
       exited = true;
       break;
     }
@@ -145,6 +292,13 @@ run_report run_once(const run_request& rq) {
     }
     if (!survivors.empty()) rep.stuck_pids = tree.terminate(rq.grace);
   }
+  if (capture == crash_capture::core && crash_stacks.empty() && ev.wait_status && WIFSIGNALED(*ev.wait_status)) {
+    // The kernel's core of the crashed process: every thread, frozen at the fault.
+    const auto out = rq.run_dir / agent::crash_stacks_file;
+    std::error_code ec;
+    if (capture_core(tree.pids(), fs::current_path(ec), rep.started, out)) crash_stacks = out;
+  }
+  ev.crash_stacks_path = crash_stacks;
   tree.reap();
   reap_strays();
   rep.teardown = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - end_of_run);

@@ -8,6 +8,11 @@
 //     and reaps everything;
 //   - after a normal exit, any process of the tree still alive (after a short settle time) is a
 //     leak: recorded, then killed the same way; so are new /dev/shm/faultline* entries;
+//   - a crash is frozen where it happened: in `outside` capture mode the agent stops the
+//     crashing process in its handler and reports it through a pipe; the runner then captures
+//     every thread of the run's tree out of process (RUNDIR/crash-stacks.txt) and lets the
+//     process die by its signal. Other runs go on meanwhile; this run's timeout is extended
+//     by the capture time (the program was not running);
 //   - gtest's protocol is spoken: TEST_PREMATURE_EXIT_FILE is created in the run directory
 //     and, when asked, GTEST_OUTPUT points at RUNDIR/gtest.xml.
 // It returns the classified run (see classify.h).
@@ -27,6 +32,8 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -34,6 +41,27 @@
 #include "harness/stacks.h"
 
 namespace faultline::harness {
+
+/// How a crash inside the run is captured (the agent's FAULTLINE_AGENT_CRASH, protocol.h).
+/// Only `core` and `none` leave the program's timing alone: the others run a signal handler
+/// in the crashing process, which changes how exit races end (see core_dump.h).
+enum class crash_capture {
+  automatic,  ///< core where the kernel writes cores the harness can read, else none
+  core,       ///< no handler; every thread's stack read by gdb from the kernel's core dump
+  outside,    ///< the crashing process stops in its handler; the run's tree is captured live
+  minimal,    ///< a handler writes the faulting frame only, then the signal goes on
+  inside,     ///< the crashing thread unwinds itself in its handler
+  none,       ///< no handler, no core: the signal and the phase only
+};
+
+/// "auto", "core", "outside", "minimal", "inside", "none" and back.
+std::string_view to_string(crash_capture c) noexcept;
+std::optional<crash_capture> crash_capture_from_string(std::string_view s) noexcept;
+
+/// What a request becomes on this machine: automatic and core become core where cores can be
+/// read (enable_core_capture()), else none; outside becomes minimal without gdb. `why`, when
+/// given, receives the reason for a downgrade ("" when there was none).
+crash_capture resolve_crash_capture(crash_capture requested, std::string* why = nullptr);
 
 /// One run to perform.
 struct run_request {
@@ -48,6 +76,7 @@ struct run_request {
   bool gtest_output = false;              ///< set GTEST_OUTPUT=xml:RUNDIR/gtest.xml unless env has one
   bool check_shm = true;                  ///< attribute new /dev/shm/faultline* entries to this run
   const std::atomic<bool>* cancel = nullptr;  ///< when it becomes true: kill the run, no stacks
+  crash_capture crash = crash_capture::automatic;  ///< unless env sets FAULTLINE_AGENT_CRASH
 };
 
 /// A performed run.

@@ -73,7 +73,7 @@ char exe_path[PATH_MAX];
 bool quiet_mode = false;
 
 // How a crash is reported (protocol.h, "Crash capture").
-enum class crash_mode { report, minimal, stop };
+enum class crash_mode { report, minimal, stop, off };
 crash_mode crash_reporting = crash_mode::report;
 int crash_channel_fd = -1;
 
@@ -460,6 +460,8 @@ void crash_handler(int sig, siginfo_t*, void* context) {
       case crash_mode::minimal:
         report_crash_briefly(sig, self, context);
         break;
+      case crash_mode::off:  // no handler is installed in this mode
+        break;
     }
   } else if (owner != self) {
     // Another thread is writing its report and will take the process down; if its report
@@ -630,7 +632,9 @@ install_result install_once() noexcept {
   const char* quiet = std::getenv(quiet_env);
   quiet_mode = quiet != nullptr && std::strcmp(quiet, "1") == 0;
   const char* mode = std::getenv(crash_mode_env);
-  if (mode != nullptr && std::strcmp(mode, "minimal") == 0) {
+  if (mode != nullptr && std::strcmp(mode, "off") == 0) {
+    crash_reporting = crash_mode::off;
+  } else if (mode != nullptr && std::strcmp(mode, "minimal") == 0) {
     crash_reporting = crash_mode::minimal;
   } else if (mode != nullptr && std::strcmp(mode, "stop") == 0) {
     crash_reporting = crash_mode::stop;
@@ -667,7 +671,7 @@ install_result install_once() noexcept {
   for (int sig : crash_signals) sigaddset(&crash.sa_mask, sig);
   sigaddset(&crash.sa_mask, stack_dump_signal());
   sigaddset(&crash.sa_mask, SIGPIPE);
-  for (int i = 0; i < crash_signal_count; ++i) {
+  for (int i = 0; i < crash_signal_count && crash_reporting != crash_mode::off; ++i) {
     if (::sigaction(crash_signals[i], &crash, &previous_actions[i]) != 0) {
       int error = errno;
       for (int j = 0; j < i; ++j) ::sigaction(crash_signals[j], &previous_actions[j], nullptr);
@@ -681,7 +685,7 @@ install_result install_once() noexcept {
   sigemptyset(&dump.sa_mask);
   if (::sigaction(stack_dump_signal(), &dump, nullptr) != 0) {
     int error = errno;
-    for (int i = 0; i < crash_signal_count; ++i) {
+    for (int i = 0; i < crash_signal_count && crash_reporting != crash_mode::off; ++i) {
       ::sigaction(crash_signals[i], &previous_actions[i], nullptr);
     }
     return {install_status::failed, error};
