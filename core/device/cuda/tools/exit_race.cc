@@ -16,7 +16,10 @@
 //   pause 0 us: 30 / 30    20 us: 13 / 15    100 us: 8 / 7    300 us: 0 / 5    1000 us: 1 / 1
 // The default (0) reproduces on every run, which is what an injector-free reproducer wants.
 //
-// Usage: fl_cuda_exit_race [--guard] [--settle-ms N] [--pause-us N]
+// --drain is the real fix: main stops the thread and joins it before returning; it must never
+// crash, not even with the exit amplifier (faultline exec --faults 'exit/end=delay(100ms)').
+//
+// Usage: fl_cuda_exit_race [--guard] [--drain] [--settle-ms N] [--pause-us N]
 //   --settle-ms N  sleep N ms after the loop has started before returning (default 20)
 //   --pause-us N   sleep N us between the thread's cudaMalloc/cudaFree pairs (default 0)
 // Exit status: 0 when the exit survived, SIGSEGV (139 from a shell) when it did not, 2 when
@@ -34,6 +37,7 @@
 namespace {
 
 std::atomic<bool> exiting{false};
+std::atomic<bool> stop{false};
 std::atomic<unsigned long> loop_iterations{0};
 
 void set_exiting() { exiting.store(true); }
@@ -60,8 +64,8 @@ std::map<int, gpu_resources>& resources() {
   return map;
 }
 
-[[noreturn]] void churn(long pause_us) {
-  for (;;) {
+void churn(long pause_us) {
+  while (!stop.load(std::memory_order_relaxed)) {
     void* p = nullptr;
     if (cudaMalloc(&p, std::size_t{1} << 20) == cudaSuccess) cudaFree(p);
     loop_iterations.fetch_add(1, std::memory_order_relaxed);
@@ -76,7 +80,7 @@ bool parse_count(const char* text, long& out) {
 }
 
 int usage() {
-  std::fprintf(stderr, "usage: fl_cuda_exit_race [--guard] [--settle-ms N] [--pause-us N]\n");
+  std::fprintf(stderr, "usage: fl_cuda_exit_race [--guard] [--drain] [--settle-ms N] [--pause-us N]\n");
   return 64;
 }
 
@@ -84,11 +88,14 @@ int usage() {
 
 int main(int argc, char** argv) {
   bool guard = false;
+  bool drain = false;
   long settle_ms = 20;
   long pause_us = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--guard") == 0) {
       guard = true;
+    } else if (std::strcmp(argv[i], "--drain") == 0) {
+      drain = true;
     } else if (std::strcmp(argv[i], "--settle-ms") == 0 && i + 1 < argc) {
       if (!parse_count(argv[++i], settle_ms)) return usage();
     } else if (std::strcmp(argv[i], "--pause-us") == 0 && i + 1 < argc) {
@@ -115,12 +122,18 @@ int main(int argc, char** argv) {
   }
   cudaEventRecord(r.event, nullptr);
 
-  std::thread(churn, pause_us).detach();
+  std::thread worker(churn, pause_us);
   // Wait (bounded) until the loop is really inside the runtime, then a little longer.
   for (int i = 0; i < 10000 && loop_iterations.load(std::memory_order_relaxed) == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
+  if (drain) {
+    stop.store(true);
+    worker.join();
+  } else {
+    worker.detach();
+  }
   std::printf("work done\n");
   std::fflush(stdout);
   return 0;
