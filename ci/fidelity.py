@@ -49,7 +49,9 @@ def wilson(k, n, z=1.959963984540054):
     h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     lo, hi = (c - h) / d, (c + h) / d
     if k == 0:
-        hi = 1 - 0.05 ** (1 / n)  # the exact one-sided bound, as faultline reports it
+        lo, hi = 0.0, 1 - 0.05 ** (1 / n)  # the exact one-sided bound, as faultline reports it
+    elif k == n:
+        hi = 1.0
     return (max(0.0, lo), min(1.0, hi))
 
 
@@ -128,7 +130,8 @@ def main():
                         k, n = run_faultline(faultline, argv, a.jobs, a.timeout, r + 1, extras[m], work)
                     counts[m][0] += k
                     counts[m][1] += n
-                print(f"\r{program}: round {r + 1}/{rounds}", end="", file=sys.stderr, flush=True)
+                if sys.stderr.isatty():
+                    print(f"\r{program}: round {r + 1}/{rounds}", end="", file=sys.stderr, flush=True)
             print(f"\r{program}: {rounds} rounds in {time.time() - started:.0f} s" + " " * 20, file=sys.stderr)
             bare_ci = wilson(*counts["bare"]) if "bare" in counts else None
             for m in modes:
