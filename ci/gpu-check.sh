@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The checks that need a real GPU, run on a machine with one (never in CI, which has none):
 # the cuda backend's tests, the allocator benchmark against cudaMalloc/cudaMallocAsync, the
-# fault-point benchmark, the exit/ scenarios on the cuda backend (clean and each bug point), and
-# `faultline exec` over a small CUDA program whose detached thread allocates while main returns.
+# fault-point benchmark, the exit/ scenarios on the cuda backend (clean and each bug point),
+# `faultline exec` over a small CUDA program whose detached thread allocates while main returns,
+# and the fidelity benchmark (bare vs under faultline) on the CUDA exit races.
 #   ci/gpu-check.sh BUILD_DIR OUT_DIR
 # BUILD_DIR is a build made on an x86-64 machine with the CUDA toolkit (libfiu is linked
 # statically, so the GPU machine needs neither libfiu nor a compiler).
@@ -44,4 +45,9 @@ step "faultline exec on fl_cuda_exit_race (detached thread allocating while main
   -- "$bin/fl_cuda_exit_race" --guard | tee "$out/exec_race_guard.json"
 "$fl" exec --repeat 30 --jobs 4 --seed 1 --timeout 60s --out "$out/exec-race-slow" --json \
   -- "$bin/fl_cuda_exit_race" --pause-us 20 | tee "$out/exec_race_slow.json"
+step "fidelity: bare vs faultline exec, interleaved (ci/fidelity.py)"
+python3 "$(dirname "$0")/fidelity.py" --build "$build" --runs 30 --modes bare,default,inside,amplified \
+  --program fl_cuda_exit_race --program fl_cuda_pool_map_race --json "$out/fidelity_cuda.json"
+python3 "$(dirname "$0")/fidelity.py" --build "$build" --runs 300 --jobs 6 --modes bare,default,amplified \
+  --program "fl_cuda_exit_race --drain" --json "$out/fidelity_cuda_drain.json"
 step "done"
