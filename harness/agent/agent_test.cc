@@ -793,6 +793,26 @@ TEST(agent_preload, stop_crash_mode_without_a_pipe_does_not_stop) {
   EXPECT_EQ(parse_crash(dir.read(crash_file_prefix, child.pid())).frames.size(), 1u);
 }
 
+// Mode off: no crash handler at all (a handler changes how exit races end), the dump signal's
+// handler still there (hangs are still dumped).
+TEST(agent_preload, off_crash_mode_installs_no_crash_handler) {
+  run_directory dir;
+  std::vector<std::string> env = preload_env(dir);
+  env.push_back(std::string(crash_mode_env) + "=off");
+  child_process child({plain_program, "hang", "0"}, env);
+  ASSERT_TRUE(child.wait_for_line("ready"));
+  std::string status = read_file("/proc/" + std::to_string(child.pid()) + "/status");
+  auto at = status.find("SigCgt:");
+  ASSERT_NE(at, std::string::npos);
+  const std::uint64_t caught = std::stoull(status.substr(at + 7, status.find('\n', at) - at - 7), nullptr, 16);
+  auto bit = [](int sig) { return std::uint64_t{1} << (sig - 1); };
+  EXPECT_EQ(caught & bit(SIGSEGV), 0u);
+  EXPECT_EQ(caught & bit(SIGABRT), 0u);
+  EXPECT_NE(caught & bit(stack_dump_signal()), 0u);
+  EXPECT_TRUE(killed_by(child.kill_and_reap(), SIGKILL));
+  EXPECT_EQ(dir.read(phase_file_prefix, child.pid()), "run\n");
+}
+
 // exit/start and exit/end, the preload's own fault points.
 TEST(agent_preload, exit_points_fire_in_order_and_are_recorded_as_reached) {
   run_directory dir;
