@@ -13,6 +13,7 @@ Modes (--modes, comma-separated):
   inside      faultline exec with the in-process crash report (FAULTLINE_AGENT_CRASH=report,
               what --crash-capture inside selects)
   amplified   faultline exec --faults 'exit/end=delay(100ms)' (the exit-race amplifier)
+  no-cores    faultline exec --crash-capture none (no core dumps)
 
   ci/fidelity.py --build build --runs 300 --jobs 1                       # the CPU exit races
   ci/fidelity.py --build build --runs 30 --program 'fl_cuda_exit_race'   # a program of yours
@@ -24,6 +25,7 @@ but 0 (bare) or any outcome but pass (faultline). Standard library only.
 import argparse
 import json
 import math
+import random
 import os
 import shlex
 import subprocess
@@ -99,21 +101,21 @@ def main():
     ap.add_argument("--jobs", type=int, default=1, help="runs at once, bare and under faultline")
     ap.add_argument("--program", action="append", help="command line to measure (repeatable)")
     ap.add_argument("--modes", default="bare,default,amplified",
-                    help="comma-separated: bare, default, no-preload, inside, amplified")
+                    help="comma-separated: bare, default, no-preload, inside, amplified, no-cores")
     ap.add_argument("--timeout", type=int, default=60, help="seconds per run")
     ap.add_argument("--json", help="write the table as JSON here")
     a = ap.parse_args()
     if a.runs < 1 or a.jobs < 1:
         ap.error("--runs and --jobs must be at least 1")
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    known = {"bare", "default", "no-preload", "inside", "amplified"}
+    known = {"bare", "default", "no-preload", "inside", "amplified", "no-cores"}
     if not modes or set(modes) - known:
         ap.error(f"--modes: expected some of {', '.join(sorted(known))}")
     faultline = os.path.join(a.build, "bin", "faultline")
     if not os.access(faultline, os.X_OK):
         ap.error(f"{faultline} not found: build first (bash ci/setup.sh)")
     extras = {"default": [], "no-preload": ["--no-preload"], "inside": ["--env", "FAULTLINE_AGENT_CRASH=report"],
-              "amplified": ["--faults", AMPLIFIER]}
+              "amplified": ["--faults", AMPLIFIER], "no-cores": ["--crash-capture", "none"]}
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="faultline-fidelity-") as work:
@@ -122,8 +124,11 @@ def main():
             counts = {m: [0, 0] for m in modes}
             started = time.time()
             rounds = (a.runs + a.jobs - 1) // a.jobs
-            for r in range(rounds):  # interleaved: every mode once per round
-                for m in modes:
+            order = list(modes)
+            shuffle = random.Random(1)
+            for r in range(rounds):  # interleaved: every mode once per round, in a shuffled order
+                shuffle.shuffle(order)
+                for m in order:
                     if m == "bare":
                         k, n = run_bare(argv, a.jobs, a.timeout)
                     else:
