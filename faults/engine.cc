@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/host_ids.h"
 #include "faults/detail/actions.h"
 #include "faults/random.h"
 #include "faults/points/point.h"
@@ -184,7 +185,7 @@ void record_reached(const char* pattern) noexcept {
   if (dir == nullptr || *dir == '\0') return;
   char path[4096];
   const int n = std::snprintf(path, sizeof path, "%s/%s%ld", dir, reached_points_file_prefix,
-                              static_cast<long>(::getpid()));
+                              static_cast<long>(core::host_pid()));
   if (n <= 0 || static_cast<std::size_t>(n) >= sizeof path) return;
   const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;

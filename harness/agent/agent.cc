@@ -21,6 +21,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "core/host_ids.h"
 #include "harness/agent/detail/text.h"
 #include "harness/agent/protocol.h"
 
@@ -151,7 +152,7 @@ void map_phase_file() noexcept {
   phase_map = nullptr;
   phase_used.store(0, std::memory_order_relaxed);
   path_string path;
-  pid_file_path(path, phase_file_prefix, ::getpid());
+  pid_file_path(path, phase_file_prefix, core::host_pid());
   if (path.overflowed()) return;
   int fd;
   do {
@@ -188,7 +189,7 @@ bool append_marker(const char* marker) noexcept {
     std::memcpy(phase_map + at, line, n + 1);
     return true;
   }
-  int fd = open_pid_file(phase_file_prefix, ::getpid(), O_APPEND);
+  int fd = open_pid_file(phase_file_prefix, core::host_pid(), O_APPEND);
   if (fd < 0) return false;
   bool ok = detail::write_all(fd, line, n + 1);  // one write: concurrent marks stay whole lines
   ::close(fd);
@@ -196,11 +197,12 @@ bool append_marker(const char* marker) noexcept {
 }
 
 void write_agent_file() noexcept {
-  int fd = open_pid_file(agent_file_prefix, ::getpid(), O_TRUNC);
+  const pid_t pid = core::host_pid();
+  int fd = open_pid_file(agent_file_prefix, pid, O_TRUNC);
   if (fd < 0) return;
   {
     fd_writer out(fd);
-    out.dec(::getpid()).chr(' ').dec(::getppid()).chr(' ').str(exe_path).chr('\n');
+    out.dec(pid).chr(' ').dec(::getppid()).chr(' ').str(exe_path).chr('\n');
   }
   ::close(fd);
 }
@@ -345,7 +347,7 @@ void write_frames(fd_writer& out, void* const* frames, int count, bool demangle,
 void report_crash(int sig, pid_t tid, const void* context) noexcept {
   char name[17];
   thread_name(name);
-  pid_t pid = ::getpid();
+  pid_t pid = core::host_pid();
   int fd = open_pid_file(crash_file_prefix, pid, O_TRUNC);
   const bool demangle = may_demangle_here();
   if (fd >= 0) {
@@ -417,7 +419,7 @@ void pass_on(int sig, pid_t tid) noexcept {
 void report_crash_briefly(int sig, pid_t tid, const void* context) noexcept {
   char name[17];
   thread_name(name);
-  int fd = open_pid_file(crash_file_prefix, ::getpid(), O_TRUNC);
+  int fd = open_pid_file(crash_file_prefix, core::host_pid(), O_TRUNC);
   if (fd < 0) return;
   {
     fd_writer out(fd);
@@ -432,11 +434,12 @@ void report_crash_briefly(int sig, pid_t tid, const void* context) noexcept {
 
 // Tells the runner and stops the whole process (all threads) until it has taken every thread's
 // stack from outside. False when the runner cannot be told: nothing was stopped.
-bool stop_for_runner(int sig, pid_t tid) noexcept {
+bool stop_for_runner(int sig) noexcept {
   if (crash_channel_fd < 0) return false;
   fixed_string<96> text;
-  text.str("crash ").dec(static_cast<std::uint64_t>(::getpid())).str(" ")
-      .dec(static_cast<std::uint64_t>(tid)).str(" ").dec(static_cast<std::uint64_t>(sig)).str("\n");
+  // The runner attaches to these ids: the host's, also from inside a PID namespace.
+  text.str("crash ").dec(static_cast<std::uint64_t>(core::host_pid())).str(" ")
+      .dec(static_cast<std::uint64_t>(core::host_tid())).str(" ").dec(static_cast<std::uint64_t>(sig)).str("\n");
   if (text.overflowed()) return false;
   // One write below PIPE_BUF: atomic among the run's processes. SIGPIPE is blocked here.
   if (::write(crash_channel_fd, text.c_str(), text.size()) != static_cast<ssize_t>(text.size())) return false;
@@ -454,7 +457,7 @@ void crash_handler(int sig, siginfo_t*, void* context) {
         report_crash(sig, self, context);
         break;
       case crash_mode::stop:
-        stop_for_runner(sig, self);
+        stop_for_runner(sig);
         report_crash_briefly(sig, self, context);
         break;
       case crash_mode::minimal:
@@ -531,7 +534,7 @@ bool wait_for_request(std::uint64_t wanted, std::int64_t wait_ms) noexcept {
 // One thread at a time: the coordinator asks a thread through dump_request and a tgkill, the
 // thread appends its block, and only then is the next thread asked, so blocks never interleave.
 void coordinate_dump(int sig, pid_t self, const void* context) noexcept {
-  int fd = open_pid_file(stacks_file_prefix, ::getpid(), O_APPEND);
+  int fd = open_pid_file(stacks_file_prefix, core::host_pid(), O_APPEND);
   if (fd < 0) return;
   int count = list_threads(dump_tids, max_dump_threads);
   std::int64_t deadline = now_ms() + dump_budget_ms;
@@ -577,7 +580,7 @@ void dump_handler(int sig, siginfo_t* info, void* context) {
     // signal after the coordinator gave up, or a stray one, is dropped).
     std::uint64_t asked = pack_request(self, request_asked);
     if (dump_request.compare_exchange_strong(asked, pack_request(self, request_writing))) {
-      int fd = open_pid_file(stacks_file_prefix, ::getpid(), O_APPEND);
+      int fd = open_pid_file(stacks_file_prefix, core::host_pid(), O_APPEND);
       if (fd >= 0) {
         write_thread_block(fd, self, context);
         ::close(fd);

@@ -30,6 +30,7 @@
 #include <climits>
 
 #include "faults/random.h"
+#include "core/host_ids.h"
 #include "harness/agent/agent.h"
 #include "harness/agent/detail/exit_points.h"
 #include "harness/agent/detail/text.h"
@@ -54,19 +55,26 @@ faultline::faults::generator exit_rng;
 
 std::uint64_t draw_exit_random() { return exit_rng.next(); }
 
-// Appends the item's pattern to points.PID: the harness reports items no run ever reached.
-void record_reached(const char* pattern) {
+// points.PID, opened at start when an exit point is enabled: reaching the point is then a single
+// write(2). An exit race kills the process microseconds after the point is reached; an open()
+// there as well would lose the record of many runs that did reach it.
+int points_fd = -1;
+
+void open_points_file() {
   const char* dir = faultline::agent::run_dir();
   if (dir == nullptr) return;
   detail::fixed_string<PATH_MAX> path;
-  path.str(dir).str("/").str(faultline::agent::points_file_prefix).dec(static_cast<std::uint64_t>(::getpid()));
+  path.str(dir).str("/").str(faultline::agent::points_file_prefix).dec(static_cast<std::uint64_t>(faultline::core::host_pid()));
   if (path.overflowed()) return;
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return;
-  detail::fd_writer out(fd);
-  out.str(pattern).chr('\n');
-  out.flush();
-  ::close(fd);
+  points_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+}
+
+// Appends the item's pattern to points.PID: the harness reports items no run ever reached.
+void record_reached(const char* pattern) {
+  if (points_fd < 0) return;
+  detail::fixed_string<256> line;
+  line.str(pattern).str("\n");
+  if (!line.overflowed()) (void)!::write(points_fd, line.c_str(), std::strlen(line.c_str()));
 }
 
 void sleep_ns(std::uint64_t ns) {
@@ -124,6 +132,7 @@ exit_fn next_exit() {
   if (spec == nullptr || *spec == '\0') return;
   detail::plan_exit_point(spec, "exit/start", exit_start_plan);
   detail::plan_exit_point(spec, "exit/end", exit_end_plan);
+  if (exit_start_plan.enabled || exit_end_plan.enabled) open_points_file();
   std::uint64_t seed = 0;
   if (detail::parse_seed_text(std::getenv("FAULTLINE_SEED"), seed)) exit_rng.reseed(seed);
 }
