@@ -4,7 +4,10 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -29,15 +32,33 @@ std::vector<std::string_view> lines_of(std::string_view text) {
 }
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool ends_with(std::string_view s, std::string_view p) {
+  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
 
 std::string_view basename(std::string_view path) {
   auto slash = path.rfind('/');
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
+// The decimal number at the start of `s` (0 when there is none).
+pid_t leading_int(std::string_view s) {
+  pid_t v = 0;
+  std::from_chars(s.data(), s.data() + s.size(), v);
+  return v;
+}
+
 bool is_trampoline(const frame& f) {
   return f.function == "__restore_rt" || f.function == "<signal handler called>" || f.function == "__kernel_rt_sigreturn";
 }
+
+bool unnamed(const frame& f) { return f.function.empty() || f.function == "??"; }
 
 // The agent leaves a name mangled where it could not demangle safely (in a signal handler).
 std::string demangle(std::string_view name) {
@@ -74,24 +95,256 @@ std::optional<frame> parse_agent_frame(std::string_view line) {
   return f;
 }
 
-// "#3  0x000055.. in ns::sleeper (n=...) at t.cc:3" or "#0  main () at x.cc:4" or
-// "#1  0x7f.. in ?? () from /lib/x86_64-linux-gnu/libstdc++.so.6".
-std::optional<frame> parse_gdb_frame(std::string_view line) {
+// The text after "#K" and its spaces; nullopt when the line is not a frame line.
+std::optional<std::string_view> after_frame_number(std::string_view line) {
   if (!starts_with(line, "#")) return std::nullopt;
   std::size_t p = 1;
   while (p < line.size() && std::isdigit(static_cast<unsigned char>(line[p]))) ++p;
+  if (p == 1) return std::nullopt;
   while (p < line.size() && line[p] == ' ') ++p;
-  std::string_view rest = line.substr(p);
+  return line.substr(p);
+}
+
+// gdb: "#3  0x000055.. in ns::sleeper (n=...) at t.cc:3", "#0  main () at x.cc:4",
+// "#1  0x7f.. in ?? () from /lib/x86_64-linux-gnu/libstdc++.so.6", and without debug info
+// "#2  0x55.. in (anonymous namespace)::touch(int) ()" (the name carries its parameter types).
+std::optional<frame> parse_gdb_frame(std::string_view line) {
+  auto rest_opt = after_frame_number(line);
+  if (!rest_opt) return std::nullopt;
+  std::string_view rest = *rest_opt;
   if (starts_with(rest, "0x")) {
     auto in = rest.find(" in ");
     if (in == std::string_view::npos) return std::nullopt;
     rest.remove_prefix(in + 4);
   }
   frame f;
-  auto args = rest.find(" (");
-  f.function = std::string(rest.substr(0, args));
-  if (auto from = rest.rfind(" from "); from != std::string_view::npos) f.module = std::string(rest.substr(from + 6));
+  if (auto from = rest.rfind(" from "); from != std::string_view::npos) {
+    f.module = std::string(trim(rest.substr(from + 6)));
+    rest = rest.substr(0, from);
+  } else if (auto at = rest.rfind(") at "); at != std::string_view::npos) {
+    rest = rest.substr(0, at + 1);
+  }
+  // The argument list is the last parenthesised group, after a space.
+  rest = trim(rest);
+  if (!rest.empty() && rest.back() == ')') {
+    int depth = 0;
+    for (std::size_t i = rest.size(); i-- > 0;) {
+      if (rest[i] == ')') {
+        ++depth;
+      } else if (rest[i] == '(' && --depth == 0) {
+        if (i > 0 && rest[i - 1] == ' ') rest = rest.substr(0, i - 1);
+        break;
+      }
+    }
+  }
+  f.function = strip_parameters(demangle(trim(rest)));
+  if (f.function.empty()) f.function = "??";
   return f;
+}
+
+// eu-stack: "#0  0x00007f.. clock_nanosleep@GLIBC_2.2.5 - /usr/lib/x86_64-linux-gnu/libc.so.6"
+// (" - MODULE" with -m; "- 1 " before the name with -a; no name when it has no symbol).
+std::optional<frame> parse_eu_stack_frame(std::string_view line) {
+  auto rest_opt = after_frame_number(line);
+  if (!rest_opt || !starts_with(*rest_opt, "0x")) return std::nullopt;
+  std::string_view rest = *rest_opt;
+  auto sp = rest.find(' ');
+  rest = sp == std::string_view::npos ? std::string_view() : trim(rest.substr(sp));
+  if (starts_with(rest, "- 1") && (rest.size() == 3 || rest[3] == ' ')) rest = trim(rest.substr(3));
+  frame f;
+  std::string padded = " " + std::string(rest);
+  if (auto dash = padded.rfind(" - ");
+      dash != std::string::npos && dash + 3 < padded.size() && (padded[dash + 3] == '/' || padded[dash + 3] == '[')) {
+    f.module = padded.substr(dash + 3);
+    padded.resize(dash);
+  }
+  std::string_view name = trim(padded);
+  name = name.substr(0, name.find('@'));  // symbol version: "clock_nanosleep@GLIBC_2.2.5"
+  f.function = name.empty() ? "??" : strip_parameters(demangle(name));
+  return f;
+}
+
+enum class section_format { unknown, gdb, eu_stack, agent, proc };
+
+section_format format_named(std::string_view method) {
+  if (method == "gdb") return section_format::gdb;
+  if (method == "eu-stack") return section_format::eu_stack;
+  if (method == "agent") return section_format::agent;
+  if (method == "proc") return section_format::proc;
+  return section_format::unknown;
+}
+
+// "=== process PID (COMM) [ppid P pgrp G state S] [thread TID] via METHOD ===".
+struct section_head {
+  pid_t pid = 0;
+  pid_t faulted_tid = 0;
+  section_format format = section_format::unknown;
+};
+
+std::optional<section_head> parse_section_head(std::string_view l) {
+  constexpr std::string_view open = "=== process ";
+  if (!starts_with(l, open)) return std::nullopt;
+  section_head h;
+  h.pid = leading_int(l.substr(open.size()));
+  auto via = l.rfind(" via ");
+  if (via == std::string_view::npos) return h;
+  std::string_view method = l.substr(via + 5);
+  h.format = format_named(method.substr(0, method.find(' ')));
+  // The fields after COMM: COMM may hold anything, the fields hold no ')'.
+  std::string_view fields = l.substr(0, via);
+  auto close = fields.rfind(')');
+  if (close != std::string_view::npos) {
+    fields.remove_prefix(close + 1);
+    if (auto t = fields.find(" thread "); t != std::string_view::npos) h.faulted_tid = leading_int(fields.substr(t + 8));
+  }
+  return h;
+}
+
+// gdb: "Thread 2 (Thread 0x7f01 (LWP 1001) "worker"):", or "(LWP 1001)" alone from a core, or
+// "(process 1000)" for a process gdb saw no threads in.
+pid_t gdb_thread_id(std::string_view l) {
+  if (auto lwp = l.find("(LWP "); lwp != std::string_view::npos) return leading_int(l.substr(lwp + 5));
+  if (auto proc = l.find("(process "); proc != std::string_view::npos) return leading_int(l.substr(proc + 9));
+  return 0;
+}
+
+bool system_module(std::string_view module) {
+  static constexpr std::string_view prefixes[] = {
+      "libc.so", "libc-", "libm.so", "libm-", "libmvec", "libpthread", "libdl.so", "libdl-", "librt.so",
+      "librt-", "libstdc++", "libgcc_s", "ld-linux", "ld-2.", "ld.so", "ld64.so", "linux-vdso", "linux-gate",
+      "[vdso", "libcuda.so", "libcudart", "libnvidia-", "libfaultline_agent", "libasan", "libtsan", "libubsan",
+      "liblsan", "libhwasan"};
+  std::string_view mod = basename(module);
+  for (std::string_view p : prefixes)
+    if (starts_with(mod, p)) return true;
+  return false;
+}
+
+// The C library's calls that a blocked or starting thread sits in, for frames without a module:
+// gdb prints "epoll_wait (epfd=3, ...) at ../sysdeps/unix/sysv/linux/epoll_wait.c:30", with no
+// "from libc.so.6", when libc has debug info.
+bool libc_function(std::string_view n) {
+  static const std::set<std::string_view> names = {
+      "read", "write", "readv", "writev", "pread", "pread64", "pwrite", "pwrite64", "recv", "recvfrom", "recvmsg",
+      "recvmmsg", "send", "sendto", "sendmsg", "accept", "accept4", "connect", "poll", "ppoll", "select", "pselect",
+      "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2", "nanosleep", "clock_nanosleep", "sleep", "usleep",
+      "pause", "sigsuspend", "sigwait", "sigwaitinfo", "sigtimedwait", "wait", "waitpid", "wait3", "wait4", "waitid",
+      "syscall", "ioctl", "fcntl", "fcntl64", "flock", "lockf", "open", "open64", "openat", "openat64", "close",
+      "fsync", "fdatasync", "msgrcv", "msgsnd", "semop", "semtimedop", "kill", "tgkill", "getchar", "fgets", "fread",
+      "fwrite", "fflush", "puts", "printf", "fprintf", "malloc", "calloc", "realloc", "free", "memcpy", "memmove",
+      "memset", "strlen", "system", "popen", "pclose", "dlopen", "dlclose", "dlsym", "atexit", "on_exit",
+      "quick_exit", "longjmp", "siglongjmp", "futex_wait", "futex_wait_simple", "futex_abstimed_wait",
+      "futex_abstimed_wait_cancelable", "lll_mutex_lock_optimized", "do_futex_wait", "do_system"};
+  // Prefixes POSIX reserves to the implementation.
+  for (std::string_view p : {"pthread_", "sem_", "mq_"})
+    if (starts_with(n, p)) return true;
+  return names.count(n) > 0;
+}
+
+// Frames before the first signal trampoline belong to the handler that reported the crash.
+std::size_t after_handler(const std::vector<frame>& frames) {
+  for (std::size_t i = 0; i < frames.size(); ++i)
+    if (is_trampoline(frames[i])) return i + 1;
+  return 0;
+}
+
+std::string module_and_offset(const frame& f) {
+  std::string out(basename(f.module));
+  if (f.has_offset) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "+0x%llx", static_cast<unsigned long long>(f.offset));
+    out += buf;
+  }
+  return out;
+}
+
+// A meaningful frame's part of a signature: its name, or "module+0xoff".
+std::string label(const frame& f) { return unnamed(f) ? module_and_offset(f) : f.function; }
+
+std::string program_signature(const std::vector<frame>& frames, std::size_t depth) {
+  std::string out;
+  std::size_t taken = 0;
+  for (std::size_t i = after_handler(frames); i < frames.size() && taken < depth; ++i) {
+    if (!meaningful(frames[i])) continue;
+    if (!out.empty()) out += " | ";
+    out += label(frames[i]);
+    ++taken;
+  }
+  return out;
+}
+
+// For a stack with no program frame at all: its first frame with a module.
+std::string runtime_signature(const std::vector<frame>& frames) {
+  for (std::size_t i = after_handler(frames); i < frames.size(); ++i) {
+    const frame& f = frames[i];
+    if (!f.module.empty() && f.module != "??") return module_and_offset(f);
+  }
+  return {};
+}
+
+// symbolise() over several stacks at once: one addr2line per module (and per few hundred
+// addresses), each address looked up once.
+void symbolise_stacks(const std::vector<std::vector<frame>*>& stacks) {
+  struct slot {
+    std::vector<frame>* frames;
+    std::size_t index;
+  };
+  std::map<std::string, std::map<std::uint64_t, std::vector<slot>>> by_module;
+  for (auto* frames : stacks) {
+    for (std::size_t i = 0; i < frames->size(); ++i) {
+      const frame& f = (*frames)[i];
+      if (!unnamed(f) || !f.has_offset || f.module.size() < 2 || f.module[0] != '/') continue;
+      // Frame 0 and the frame a signal interrupted hold the exact address; the others hold
+      // return addresses, which may already point past a noreturn call's function.
+      const bool exact = i == 0 || is_trampoline((*frames)[i - 1]);
+      by_module[f.module][f.offset - (exact || f.offset == 0 ? 0 : 1)].push_back({frames, i});
+    }
+  }
+  constexpr std::size_t batch = 256;  // addresses per addr2line: bounds the command line
+  for (const auto& [module, lookups] : by_module) {
+    std::error_code ec;
+    if (!fs::is_regular_file(module, ec)) continue;
+    for (auto it = lookups.begin(); it != lookups.end();) {
+      std::vector<std::string> argv = {"addr2line", "-f", "-C", "-e", module};
+      std::vector<const std::vector<slot>*> asked;
+      for (; it != lookups.end() && asked.size() < batch; ++it) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(it->first));
+        argv.emplace_back(buf);
+        asked.push_back(&it->second);
+      }
+      auto r = run_tool(argv, std::chrono::seconds(20));
+      if (!r || r->timed_out || !WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0) continue;
+      // Two lines per address: the function, then "file:line".
+      auto ls = lines_of(r->output);
+      for (std::size_t k = 0; k < asked.size() && 2 * k < ls.size(); ++k) {
+        std::string name = strip_parameters(ls[2 * k]);
+        if (name.empty() || name == "??") continue;
+        for (const slot& s : *asked[k]) (*s.frames)[s.index].function = name;
+      }
+    }
+  }
+}
+
+// The thread that crashed, in a crash-stacks.txt: the one crash.PID names; else the one its
+// section header marks (a core section names it, and so can the runner, which knows it as its
+// own kernel numbers it: inside a run's PID namespace the agent's ids differ); else, when
+// crash.PID was written, the only thread stopped in a signal handler.
+const thread_stack* crashing_thread(const std::vector<thread_stack>& threads, const crash_report* crash,
+                                    pid_t crash_pid) {
+  if (crash)
+    for (const auto& t : threads)
+      if (t.pid == crash_pid && t.tid == crash->thread && !t.frames.empty()) return &t;
+  for (const auto& t : threads)
+    if (t.faulted && !t.frames.empty()) return &t;
+  if (!crash) return nullptr;
+  const thread_stack* in_handler = nullptr;
+  for (const auto& t : threads) {
+    if (std::none_of(t.frames.begin(), t.frames.end(), is_trampoline)) continue;
+    if (in_handler) return nullptr;
+    in_handler = &t;
+  }
+  return in_handler;
 }
 
 std::set<std::string> phase_markers(const fs::path& run_dir, pid_t pid) {
@@ -128,16 +381,20 @@ bool gtest_xml_all_passed(const fs::path& xml) {
 }  // namespace
 
 std::string strip_parameters(std::string_view name) {
-  std::string s(name);
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  if (s.size() > 6 && s.compare(s.size() - 6, 6, " const") == 0) s.resize(s.size() - 6);
+  std::string s(trim(name));
+  // GCC's clones of a function: "f(int) [clone .isra.0] [clone .cold]".
+  for (auto clone = s.rfind(" [clone "); clone != std::string::npos && s.back() == ']'; clone = s.rfind(" [clone "))
+    s.resize(clone);
+  if (ends_with(s, " const")) s.resize(s.size() - 6);
   if (s.empty() || s.back() != ')') return s;
   // Walk back to the '(' that opens the final parameter list.
   int depth = 0;
   for (std::size_t i = s.size(); i-- > 0;) {
-    if (s[i] == ')') ++depth;
-    else if (s[i] == '(' && --depth == 0) {
-      if (i == 0) return s;
+    if (s[i] == ')') {
+      ++depth;
+    } else if (s[i] == '(' && --depth == 0) {
+      // "S::operator()": the parentheses are the operator's name, not parameters.
+      if (i == 0 || ends_with(std::string_view(s).substr(0, i), "operator")) return s;
       return s.substr(0, i);
     }
   }
@@ -161,101 +418,109 @@ std::optional<crash_report> parse_crash(std::string_view text) {
   return r;
 }
 
-std::vector<frame> thread_frames(std::string_view stacks_text, pid_t pid, pid_t tid) {
-  const std::string head = "=== process " + std::to_string(pid) + " (";
-  auto ls = lines_of(stacks_text);
-  std::size_t i = 0;
-  while (i < ls.size() && !starts_with(ls[i], head)) ++i;
-  if (i == ls.size()) return {};
-  const bool gdb = ls[i].find(" via gdb ===") != std::string_view::npos;
-  const std::string lwp = "(LWP " + std::to_string(tid) + ")";
-  const std::string agent_thread = "thread " + std::to_string(tid);
-  std::vector<frame> out;
+std::vector<thread_stack> parse_stacks(std::string_view stacks_text) {
+  std::vector<thread_stack> out;
+  pid_t pid = 0;
+  pid_t faulted_tid = 0;
+  auto format = section_format::unknown;
   bool in_thread = false;
-  for (++i; i < ls.size() && !starts_with(ls[i], "=== process "); ++i) {
-    std::string_view l = ls[i];
-    if (gdb ? starts_with(l, "Thread ") : starts_with(l, "thread ")) {
-      if (in_thread) break;
-      in_thread = gdb ? l.find(lwp) != std::string_view::npos
-                      : (starts_with(l, agent_thread) && (l.size() == agent_thread.size() || l[agent_thread.size()] == ' '));
+  auto open_thread = [&](pid_t tid) {
+    thread_stack t;
+    t.pid = pid;
+    t.tid = tid;
+    t.faulted = tid != 0 && tid == faulted_tid;
+    out.push_back(std::move(t));
+    in_thread = true;
+  };
+  for (std::string_view l : lines_of(stacks_text)) {
+    if (auto head = parse_section_head(l)) {
+      pid = head->pid;
+      faulted_tid = head->faulted_tid;
+      format = head->format;
+      in_thread = false;
       continue;
     }
-    if (!in_thread) continue;
-    if (l.empty()) break;
-    if (auto f = gdb ? parse_gdb_frame(l) : parse_agent_frame(l)) out.push_back(std::move(*f));
+    // eu-stack's own header, under a "=== ... via eu-stack ===" line or alone.
+    if (starts_with(l, "PID ") && ends_with(trim(l), " - process")) {
+      pid_t p = leading_int(l.substr(4));
+      if (p != pid) faulted_tid = 0;
+      pid = p;
+      format = section_format::eu_stack;
+      in_thread = false;
+      continue;
+    }
+    std::optional<frame> f;
+    switch (format) {
+      case section_format::gdb:
+        if (starts_with(l, "Thread ")) open_thread(gdb_thread_id(l));
+        else f = parse_gdb_frame(l);
+        break;
+      case section_format::eu_stack:
+        if (starts_with(l, "TID ")) open_thread(leading_int(l.substr(4)));
+        else f = parse_eu_stack_frame(l);
+        break;
+      case section_format::agent:
+      case section_format::proc:  // thread lines without frames
+        if (starts_with(l, "thread ")) open_thread(leading_int(l.substr(7)));
+        else f = parse_agent_frame(l);
+        break;
+      case section_format::unknown:
+        break;
+    }
+    if (f && in_thread) out.back().frames.push_back(std::move(*f));
   }
   return out;
 }
 
+std::vector<frame> thread_frames(std::string_view stacks_text, pid_t pid, pid_t tid) {
+  for (auto& t : parse_stacks(stacks_text))
+    if (t.pid == pid && t.tid == tid) return std::move(t.frames);
+  return {};
+}
+
 bool meaningful(const frame& f) {
-  static const char* const system_modules[] = {"libc.so", "libc-", "libpthread", "ld-linux", "ld-2.", "libstdc++",
-                                               "libgcc_s", "libm.so", "libdl", "librt", "libfaultline_agent",
-                                               "linux-vdso"};
-  static const std::set<std::string_view> plumbing = {"_start", "abort", "raise", "gsignal", "start_thread",
-                                                      "clone", "clone3", "pthread_kill", "exit", "_exit"};
-  std::string_view mod = basename(f.module);
-  for (const char* m : system_modules)
-    if (starts_with(mod, m)) return false;
+  static const std::set<std::string_view> plumbing = {"_start", "_init", "_fini", "abort", "raise", "gsignal",
+                                                      "start_thread", "clone", "clone3", "pthread_kill", "exit",
+                                                      "_exit", "_Exit"};
+  if (system_module(f.module)) return false;
   const std::string& n = f.function;
-  if (n.empty() || n == "??") return f.has_offset && !f.module.empty() && f.module != "??";
+  if (unnamed(f)) return f.has_offset && !f.module.empty() && f.module != "??";
   if (n[0] == '<' || is_trampoline(f) || plumbing.count(n)) return false;
-  for (std::string_view p : {"__", "faultline::agent::", "std::", "__gnu_cxx::", "__cxxabiv1::", "_Unwind_"})
+  for (std::string_view p : {"__", "_IO_", "_dl_", "_Unwind_", "faultline::agent::", "std::", "__gnu_cxx::",
+                             "__cxxabiv1::", "cudart::"})
     if (starts_with(n, p)) return false;
+  if ((f.module.empty() || f.module == "??") && libc_function(n)) return false;
   return true;
 }
 
-void symbolise(std::vector<frame>& frames) {
-  // Group the unnamed frames by module: one addr2line per module.
-  std::map<std::string, std::vector<std::size_t>> by_module;
-  for (std::size_t i = 0; i < frames.size(); ++i) {
-    const frame& f = frames[i];
-    if ((f.function.empty() || f.function == "??") && f.has_offset && f.module.size() > 1 && f.module[0] == '/' &&
-        fs::exists(f.module))
-      by_module[f.module].push_back(i);
-  }
-  for (const auto& [module, idx] : by_module) {
-    std::vector<std::string> argv = {"addr2line", "-f", "-C", "-e", module};
-    for (std::size_t i : idx) {
-      // Frame 0 and the frame a signal interrupted hold the exact address; the others hold
-      // return addresses, which may already point past a noreturn call's function.
-      bool exact = i == 0 || is_trampoline(frames[i - 1]);
-      std::uint64_t off = frames[i].offset - (exact || frames[i].offset == 0 ? 0 : 1);
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(off));
-      argv.emplace_back(buf);
-    }
-    auto r = run_tool(argv, std::chrono::seconds(20));
-    if (!r || r->timed_out || !WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0) continue;
-    auto ls = lines_of(r->output);
-    for (std::size_t k = 0; k < idx.size() && 2 * k < ls.size(); ++k) {
-      std::string name = strip_parameters(ls[2 * k]);
-      if (!name.empty() && name != "??") frames[idx[k]].function = name;
-    }
-  }
-}
+void symbolise(std::vector<frame>& frames) { symbolise_stacks({&frames}); }
 
 std::string frames_signature(const std::vector<frame>& frames, std::size_t depth) {
-  // Frames up to a signal trampoline belong to the handler that reported the crash.
-  std::size_t start = 0;
-  for (std::size_t i = 0; i < frames.size(); ++i)
-    if (is_trampoline(frames[i])) {
-      start = i + 1;
+  std::string out = program_signature(frames, depth);
+  return out.empty() ? runtime_signature(frames) : out;
+}
+
+std::string hang_signature(std::string_view stacks_text, std::size_t depth) {
+  auto threads = parse_stacks(stacks_text);
+  std::vector<std::vector<frame>*> stacks;
+  for (auto& t : threads) stacks.push_back(&t.frames);
+  symbolise_stacks(stacks);
+  // A blocked thread's topmost program frame is the call that blocks (a program's own signal
+  // handler that deadlocked included: no frame is skipped for being a handler's).
+  std::set<std::string> where;
+  for (const auto& t : threads) {
+    for (const frame& f : t.frames) {
+      if (!meaningful(f)) continue;
+      where.insert(label(f));
       break;
     }
+  }
   std::string out;
   std::size_t taken = 0;
-  for (std::size_t i = start; i < frames.size() && taken < depth; ++i) {
-    const frame& f = frames[i];
-    if (!meaningful(f)) continue;
-    std::string name = f.function;
-    if (name.empty() || name == "??") {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "+0x%llx", static_cast<unsigned long long>(f.offset));
-      name = std::string(basename(f.module)) + buf;
-    }
+  for (const auto& w : where) {
+    if (taken++ == depth) break;
     if (!out.empty()) out += " | ";
-    out += name;
-    ++taken;
+    out += w;
   }
   return out;
 }
@@ -321,25 +586,45 @@ classification classify(const run_evidence& e) {
     std::string frames_sig;
     if (!e.stacks_path.empty()) {
       if (auto text = detail::read_file(e.stacks_path, 1 << 24)) {
-        auto frames = thread_frames(*text, e.leader, e.leader);
-        symbolise(frames);
-        frames_sig = frames_signature(frames);
+        frames_sig = hang_signature(*text);
+        if (frames_sig.empty()) {
+          // No thread is in the program's code: name the runtime the leader is stuck in.
+          auto frames = thread_frames(*text, e.leader, e.leader);
+          symbolise(frames);
+          frames_sig = frames_signature(frames);
+        }
       }
     }
     c.signature = frames_sig.empty() ? "hang" : "hang: " + frames_sig;
   } else if (c.signal || crash) {
     c.result = outcome::crash;
     int sig = c.signal.value_or(0);
-    std::string frames_sig;
+    pid_t phase_pid = e.leader;
     if (crash) {
       if (!c.signal) c.signal = crash->signal;
       sig = crash->signal;
-      symbolise(crash->frames);
-      frames_sig = frames_signature(crash->frames);
-      c.when = work_over(crash_pid) ? phase::exit : phase::run;
-    } else {
-      c.when = work_over(e.leader) ? phase::exit : phase::run;
+      phase_pid = crash_pid;
     }
+    // The crashing thread's whole stack, captured out of process or from the core.
+    std::vector<frame> full;
+    if (!e.crash_stacks_path.empty()) {
+      if (auto text = detail::read_file(e.crash_stacks_path, 1 << 24)) {
+        auto threads = parse_stacks(*text);
+        if (const thread_stack* t = crashing_thread(threads, crash ? &*crash : nullptr, crash_pid)) {
+          full = t->frames;
+          if (!crash) phase_pid = t->pid;
+        }
+      }
+    }
+    std::vector<frame> reported = crash ? crash->frames : std::vector<frame>{};
+    symbolise_stacks({&full, &reported});
+    // Program frames from either stack first; a runtime's module+offset only when neither has
+    // one (crash.PID's frames carry offsets, gdb's do not).
+    std::string frames_sig = program_signature(full, 3);
+    if (frames_sig.empty()) frames_sig = program_signature(reported, 3);
+    if (frames_sig.empty()) frames_sig = runtime_signature(reported);
+    if (frames_sig.empty()) frames_sig = runtime_signature(full);
+    c.when = work_over(phase_pid) ? phase::exit : phase::run;
     c.signature = signal_name(sig) + (frames_sig.empty() ? "" : ": " + frames_sig);
   } else if (c.exit_code && *c.exit_code != 0) {
     c.result = outcome::fail;

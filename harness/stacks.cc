@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <future>
@@ -22,9 +23,25 @@ std::string trim(std::string s) {
   return s;
 }
 
-std::string header(const detail::proc_stat& p, std::string_view via) {
+std::string header(const detail::proc_stat& p, std::string_view via, pid_t faulted_tid = 0) {
   return "=== process " + std::to_string(p.pid) + " (" + p.comm + ") ppid " + std::to_string(p.ppid) + " pgrp " +
-         std::to_string(p.pgrp) + " state " + std::string(1, p.state) + " via " + std::string(via) + " ===\n";
+         std::to_string(p.pgrp) + " state " + std::string(1, p.state) +
+         (faulted_tid != 0 ? " thread " + std::to_string(faulted_tid) : std::string()) + " via " + std::string(via) +
+         " ===\n";
+}
+
+// `name` in a directory of PATH.
+std::optional<fs::path> on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/bin:/bin";
+  for (std::size_t pos = 0; pos <= p.size();) {
+    auto colon = p.find(':', pos);
+    if (colon == std::string::npos) colon = p.size();
+    std::string dir = p.substr(pos, colon - pos);
+    if (!dir.empty() && ::access((dir + "/" + name).c_str(), X_OK) == 0) return fs::path(dir) / name;
+    pos = colon + 1;
+  }
+  return std::nullopt;
 }
 
 std::optional<std::string> via_gdb(pid_t pid, std::chrono::milliseconds timeout) {
@@ -39,6 +56,19 @@ std::optional<std::string> via_gdb(pid_t pid, std::chrono::milliseconds timeout)
   auto at = r->output.find("\nThread ");
   if (at == std::string::npos) return std::nullopt;
   return r->output.substr(at + 1);
+}
+
+std::optional<std::string> via_eu_stack(const fs::path& program, pid_t pid, std::chrono::milliseconds timeout) {
+  // -m: each frame's module (classify skips runtime frames by module); -i: inlined frames, as
+  // gdb shows them. debuginfod would go to the network (and wait for it).
+  auto env = current_environment();
+  set_env(env, "DEBUGINFOD_URLS", std::nullopt);
+  auto r = run_tool({program.string(), "-m", "-i", "-p", std::to_string(pid)}, timeout, env, true);
+  // Exit 1 means some frames could not be unwound: what was shown is still worth having.
+  if (!r || r->timed_out || !WIFEXITED(r->status) || WEXITSTATUS(r->status) > 1) return std::nullopt;
+  auto at = r->output.find("PID ");
+  if (at == std::string::npos || r->output.find("\nTID ", at) == std::string::npos) return std::nullopt;
+  return r->output.substr(at);
 }
 
 std::string via_proc(pid_t pid) {
@@ -82,12 +112,55 @@ bool catches(pid_t pid, int sig) {
   return sig >= 1 && sig <= 64 && (mask >> (sig - 1)) & 1ULL;
 }
 
+// Sections for `procs` by the first of `tools` (gdb, eu-stack) that attaches to each; every
+// process in parallel, so a tree of a few processes costs one attach time.
+void capture_outside(const std::vector<detail::proc_stat>& procs, const std::vector<stack_method>& tools,
+                     const stack_options& options, std::optional<faulted_thread> faulted,
+                     std::map<pid_t, std::string>& sections) {
+  if (tools.empty()) return;
+  const std::optional<fs::path> eu_stack = eu_stack_program();
+  auto one = [&](const detail::proc_stat* p) -> std::optional<std::string> {
+    const pid_t tid = faulted && faulted->pid == p->pid ? faulted->tid : 0;
+    for (stack_method t : tools) {
+      if (t == stack_method::gdb) {
+        if (auto text = via_gdb(p->pid, options.gdb_timeout)) return header(*p, "gdb", tid) + *text;
+      } else if (t == stack_method::eu_stack && eu_stack) {
+        if (auto text = via_eu_stack(*eu_stack, p->pid, options.eu_stack_timeout))
+          return header(*p, "eu-stack", tid) + *text;
+      }
+    }
+    return std::nullopt;
+  };
+  std::vector<std::pair<const detail::proc_stat*, std::future<std::optional<std::string>>>> jobs;
+  for (const auto& p : procs) jobs.emplace_back(&p, std::async(std::launch::async, one, &p));
+  for (auto& [p, f] : jobs)
+    if (auto text = f.get()) sections[p->pid] = std::move(*text);
+}
+
+// One section per process, in `procs` order; /proc's view for those without one.
+core::status write_sections(const std::vector<detail::proc_stat>& procs, const std::map<pid_t, std::string>& sections,
+                            std::optional<faulted_thread> faulted, const fs::path& out) {
+  std::string text;
+  for (const auto& p : procs) {
+    if (auto it = sections.find(p.pid); it != sections.end()) text += it->second;
+    else text += header(p, "proc", faulted && faulted->pid == p.pid ? faulted->tid : 0) + via_proc(p.pid);
+    if (text.empty() || text.back() != '\n') text += '\n';
+    text += '\n';
+  }
+  int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return detail::sys_error(errno, "open " + out.string());
+  auto s = detail::write_all(fd, text, "write " + out.string());
+  ::close(fd);
+  return s;
+}
+
 }  // namespace
 
 std::string_view to_string(stack_method m) noexcept {
   switch (m) {
     case stack_method::automatic: return "auto";
     case stack_method::gdb: return "gdb";
+    case stack_method::eu_stack: return "eu-stack";
     case stack_method::agent: return "agent";
     case stack_method::proc: return "proc";
     case stack_method::none: return "none";
@@ -96,26 +169,26 @@ std::string_view to_string(stack_method m) noexcept {
 }
 
 std::optional<stack_method> stack_method_from_string(std::string_view s) noexcept {
-  for (auto m : {stack_method::automatic, stack_method::gdb, stack_method::agent, stack_method::proc, stack_method::none})
+  for (auto m : {stack_method::automatic, stack_method::gdb, stack_method::eu_stack, stack_method::agent,
+                 stack_method::proc, stack_method::none})
     if (to_string(m) == s) return m;
   return std::nullopt;
 }
 
 bool gdb_available() {
-  static const bool found = [] {
-    const char* path = std::getenv("PATH");
-    std::string p = path ? path : "/usr/bin:/bin";
-    for (std::size_t pos = 0; pos <= p.size();) {
-      auto colon = p.find(':', pos);
-      if (colon == std::string::npos) colon = p.size();
-      std::string dir = p.substr(pos, colon - pos);
-      if (!dir.empty() && ::access((dir + "/gdb").c_str(), X_OK) == 0) return true;
-      pos = colon + 1;
-    }
-    return false;
-  }();
+  static const bool found = on_path("gdb").has_value();
   return found;
 }
+
+std::optional<fs::path> eu_stack_program() {
+  if (const char* named = std::getenv(eu_stack_env); named && *named) {
+    std::error_code ec;
+    if (fs::is_regular_file(named, ec) && ::access(named, X_OK) == 0) return fs::path(named);
+  }
+  return on_path("eu-stack");
+}
+
+bool outside_capture_available() { return gdb_available() || eu_stack_program().has_value(); }
 
 core::status capture_stacks(const std::vector<detail::proc_stat>& procs, const fs::path& run_dir, const fs::path& out,
                             const stack_options& options) {
@@ -123,14 +196,11 @@ core::status capture_stacks(const std::vector<detail::proc_stat>& procs, const f
   std::map<pid_t, std::string> sections;
   if (m == stack_method::none) return {};
 
-  // gdb attaches to each process in parallel: a tree of a few processes costs one attach time.
-  if (m == stack_method::gdb || (m == stack_method::automatic && gdb_available())) {
-    std::vector<std::pair<const detail::proc_stat*, std::future<std::optional<std::string>>>> jobs;
-    for (const auto& p : procs)
-      jobs.emplace_back(&p, std::async(std::launch::async, via_gdb, p.pid, options.gdb_timeout));
-    for (auto& [p, f] : jobs)
-      if (auto text = f.get()) sections[p->pid] = header(*p, "gdb") + *text;
-  }
+  std::vector<stack_method> tools;
+  if (m == stack_method::gdb || (m == stack_method::automatic && gdb_available())) tools.push_back(stack_method::gdb);
+  if (m == stack_method::eu_stack || (m == stack_method::automatic && eu_stack_program()))
+    tools.push_back(stack_method::eu_stack);
+  capture_outside(procs, tools, options, std::nullopt, sections);
 
   // The agent: signal every agent-carrying process at once, then collect their answers.
   if (m == stack_method::agent || m == stack_method::automatic) {
@@ -157,19 +227,36 @@ core::status capture_stacks(const std::vector<detail::proc_stat>& procs, const f
       });
     }
   }
+  return write_sections(procs, sections, std::nullopt, out);
+}
 
-  std::string text;
-  for (const auto& p : procs) {
-    if (auto it = sections.find(p.pid); it != sections.end()) text += it->second;
-    else text += header(p, "proc") + via_proc(p.pid);
-    if (text.empty() || text.back() != '\n') text += '\n';
-    text += '\n';
+core::status capture_stacks_outside(const std::vector<detail::proc_stat>& procs, const fs::path& out,
+                                    const stack_options& options, std::optional<faulted_thread> faulted) {
+  std::vector<stack_method> tools;
+  switch (options.method) {
+    case stack_method::automatic:
+      if (gdb_available()) tools.push_back(stack_method::gdb);
+      if (eu_stack_program()) tools.push_back(stack_method::eu_stack);
+      if (tools.empty()) return core::status(core::errc::unavailable, "neither gdb nor eu-stack is installed");
+      break;
+    case stack_method::gdb:
+      if (!gdb_available()) return core::status(core::errc::unavailable, "gdb is not installed");
+      tools.push_back(stack_method::gdb);
+      break;
+    case stack_method::eu_stack:
+      if (!eu_stack_program())
+        return core::status(core::errc::unavailable, std::string("eu-stack is not installed (nor named by ") +
+                                                         eu_stack_env + ")");
+      tools.push_back(stack_method::eu_stack);
+      break;
+    default:
+      return core::status(core::errc::invalid_argument,
+                          "stacks are captured out of process with gdb or eu-stack, not " +
+                              std::string(to_string(options.method)));
   }
-  int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return detail::sys_error(errno, "open " + out.string());
-  auto s = detail::write_all(fd, text, "write " + out.string());
-  ::close(fd);
-  return s;
+  std::map<pid_t, std::string> sections;
+  capture_outside(procs, tools, options, faulted, sections);
+  return write_sections(procs, sections, faulted, out);
 }
 
 }  // namespace faultline::harness
