@@ -10,9 +10,11 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <set>
 
+#include "harness/containment.h"
 #include "harness/detail/proc.h"
 #include "harness/detail/sys.h"
 
@@ -37,7 +39,15 @@ core::status become_subreaper() {
   return {};
 }
 
-child::child(child&& o) noexcept : pid_(o.pid_), pidfd_(o.pidfd_), reaped_(o.reaped_) {
+child::child() noexcept = default;
+
+child::child(pid_t pid, int pidfd) noexcept : pid_(pid), pidfd_(pidfd) {}
+
+child::child(pid_t pid, int pidfd, std::unique_ptr<detail::keeper_handle> keeper)
+    : pid_(pid), pidfd_(pidfd), keeper_(std::move(keeper)) {}
+
+child::child(child&& o) noexcept
+    : pid_(o.pid_), pidfd_(o.pidfd_), reaped_(o.reaped_), keeper_(std::move(o.keeper_)) {
   o.pid_ = -1;
   o.pidfd_ = -1;
 }
@@ -48,6 +58,7 @@ child& child::operator=(child&& o) noexcept {
     pid_ = o.pid_;
     pidfd_ = o.pidfd_;
     reaped_ = o.reaped_;
+    keeper_ = std::move(o.keeper_);
     o.pid_ = -1;
     o.pidfd_ = -1;
   }
@@ -56,11 +67,15 @@ child& child::operator=(child&& o) noexcept {
 
 child::~child() { release(); }
 
+pid_t child::keeper() const noexcept { return keeper_ ? keeper_->pid() : -1; }
+
 void child::release() noexcept {
-  if (pid_ > 0 && !reaped_) {
+  const bool own_child = !keeper_ || !keeper_->relays();  // a relaying keeper is the parent
+  if (own_child && pid_ > 0 && !reaped_) {
     std::lock_guard lock(owned_mu);
     owned.erase(pid_);  // hand its zombie to reap_strays
   }
+  keeper_.reset();  // a keeper ends what is left of the tree (or goes back to its pool)
   if (pidfd_ >= 0) ::close(pidfd_);
   pid_ = -1;
   pidfd_ = -1;
@@ -85,6 +100,10 @@ bool child::signal(int sig) const {
 }
 
 int child::reap() {
+  if (keeper_ && keeper_->relays()) {
+    reaped_ = true;
+    return keeper_->wait_status();
+  }
   int status = 0;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
@@ -96,6 +115,13 @@ int child::reap() {
 
 core::result<child> spawn(const spawn_options& o) {
   if (o.argv.empty() || o.argv[0].empty()) return core::status(core::errc::invalid_argument, "empty command");
+  if (o.contain && containment().kind != containment_kind::none) return spawn_contained(o, containment().kind);
+  // A relative program path names a file from the harness's directory, not from o.cwd.
+  std::string program = o.argv[0];
+  if (!o.cwd.empty() && program.find('/') != std::string::npos && program[0] != '/') {
+    std::error_code ec;
+    program = (std::filesystem::current_path(ec) / program).string();
+  }
   std::vector<char*> argv, envp;
   for (const auto& a : o.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -106,6 +132,7 @@ core::result<child> spawn(const spawn_options& o) {
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
+  if (!o.cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, o.cwd.c_str());
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   if (o.stdout_fd >= 0) posix_spawn_file_actions_adddup2(&fa, o.stdout_fd, 1);
   else posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
@@ -113,8 +140,11 @@ core::result<child> spawn(const spawn_options& o) {
   else posix_spawn_file_actions_adddup2(&fa, 1, 2);
   // dup2 onto itself clears close-on-exec in the child only (glibc >= 2.29).
   for (int fd : o.keep_fds) posix_spawn_file_actions_adddup2(&fa, fd, fd);
+  // Every signal back to its default, glibc's internal SIGCANCEL and SIGSETXID included:
+  // sigfillset leaves those out, and glibc's spawn child then passes them on *ignored*, which a
+  // program started from a shell never sees.
   sigset_t all, none;
-  sigfillset(&all);
+  std::memset(&all, 0xff, sizeof all);
   sigdelset(&all, SIGKILL);
   sigdelset(&all, SIGSTOP);
   sigemptyset(&none);
@@ -133,7 +163,7 @@ core::result<child> spawn(const spawn_options& o) {
     std::lock_guard lock(owned_mu);
     err = o.argv[0].find('/') == std::string::npos
               ? ::posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.data())
-              : ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+              : ::posix_spawn(&pid, program.c_str(), &fa, &attr, argv.data(), envp.data());
     if (err == 0) {
       owned.insert(pid);
       // The child cannot have been reaped yet (we own it), so its pid is still its own.
@@ -272,6 +302,18 @@ std::vector<pid_t> stray_children() {
 bool is_owned(pid_t pid) {
   std::lock_guard lock(owned_mu);
   return owned.count(pid) != 0;
+}
+
+pid_t start_owned(const std::function<pid_t()>& start) {
+  std::lock_guard lock(owned_mu);
+  pid_t pid = start();
+  if (pid > 0) owned.insert(pid);
+  return pid;
+}
+
+void disown(pid_t pid) {
+  std::lock_guard lock(owned_mu);
+  owned.erase(pid);
 }
 
 }  // namespace faultline::harness

@@ -8,7 +8,8 @@
 // stray that `reap_strays` collects. Children are started with posix_spawn (the harness has
 // threads, so no code runs between fork and exec), in their own process group, with default
 // signal dispositions and an empty signal mask, and with a pidfd so that waiting and signalling
-// never hit a reused pid.
+// never hit a reused pid. A run's program is started *contained* (spawn_options::contain,
+// containment.h): behind a keeper process that ends the run's tree when the harness dies.
 //
 //   harness::spawn_options o;
 //   o.argv = {"/bin/true"};
@@ -24,6 +25,8 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,14 +48,25 @@ struct spawn_options {
   bool new_process_group = true;  ///< the child leads a new process group (pgid = its pid)
   std::vector<int> keep_fds;      ///< descriptors the child inherits at the same number (the
                                   ///< harness's own are close-on-exec; these are made inheritable)
+  std::string cwd;                ///< its working directory ("": the harness's)
+  bool contain = false;           ///< start it under containment() (containment.h): its whole
+                                  ///< tree ends when the harness dies, even by SIGKILL
 };
 
+namespace detail {
+class keeper_handle;
+}
+enum class containment_kind;
+
 /// An owned child process: its pid and a pidfd. Move-only. Destroying a child that was not
-/// reaped leaves the process running and its zombie to reap_strays (never kills it).
+/// reaped leaves the process running and its zombie to reap_strays (never kills it) — except a
+/// contained one: destroying it ends its keeper, which ends whatever is left of its tree.
 class child {
  public:
-  child() = default;
-  child(pid_t pid, int pidfd) : pid_(pid), pidfd_(pidfd) {}
+  child() noexcept;
+  child(pid_t pid, int pidfd) noexcept;
+  /// A contained program (containment.h): not the harness's own child; `keeper` is.
+  child(pid_t pid, int pidfd, std::unique_ptr<detail::keeper_handle> keeper);
   child(child&& o) noexcept;
   child& operator=(child&& o) noexcept;
   child(const child&) = delete;
@@ -61,11 +75,14 @@ class child {
 
   [[nodiscard]] pid_t pid() const noexcept { return pid_; }
   [[nodiscard]] int pidfd() const noexcept { return pidfd_; }
+  /// The keeper between the harness and this process when it is contained, else -1.
+  [[nodiscard]] pid_t keeper() const noexcept;
   /// Waits up to `d` for the process to exit (it stays a zombie until reap()). True once exited.
   bool wait_exit_for(std::chrono::milliseconds d) const;
   /// Sends `sig` through the pidfd (never to a reused pid). False when the process is gone.
   bool signal(int sig) const;
-  /// Blocks until the process exits and collects it; returns the waitpid status. Call once.
+  /// Blocks until the process exits and collects it; returns the waitpid status (for a
+  /// contained process, the one its keeper collected). Call once.
   int reap();
 
  private:
@@ -73,6 +90,9 @@ class child {
   pid_t pid_ = -1;
   int pidfd_ = -1;
   bool reaped_ = false;
+  std::unique_ptr<detail::keeper_handle> keeper_;
+  // Lends a pooled keeper to a child it started itself (containment.h).
+  friend core::result<child> spawn_contained(const spawn_options& o, containment_kind kind);
 };
 
 /// Starts a process. Errors: the posix_spawn error (ENOENT for a missing program, EACCES, ...)
@@ -110,5 +130,12 @@ std::vector<pid_t> stray_children();
 
 /// True when `pid` is a child the harness spawned and has not reaped yet.
 bool is_owned(pid_t pid);
+
+/// For children started by other means than spawn() (containment.cc's clone3): runs `start`,
+/// which creates a child and returns its pid (or -1), under the lock that stray reaping takes,
+/// and registers the pid as owned — so a child that exits at once is never reaped as a stray.
+pid_t start_owned(const std::function<pid_t()>& start);
+/// Forgets an owned child that its owner reaped by other means than child::reap().
+void disown(pid_t pid);
 
 }  // namespace faultline::harness

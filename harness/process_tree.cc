@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <csignal>
 #include <mutex>
 #include <set>
@@ -12,6 +13,7 @@
 #include <unordered_set>
 
 #include "harness/agent/protocol.h"
+#include "harness/containment.h"
 #include "harness/detail/sys.h"
 #include "harness/process.h"
 
@@ -28,9 +30,29 @@ std::size_t active_run_count() {
   return active_runs.size();
 }
 
+// The innermost pid of NSpid in /proc/PID/status when the process is in a nested PID namespace.
+pid_t innermost_pid(pid_t pid) {
+  auto text = detail::read_file("/proc/" + std::to_string(pid) + "/status", 8192);
+  if (!text) return 0;
+  auto at = text->find("\nNSpid:");
+  if (at == std::string::npos) return 0;
+  auto end = text->find('\n', at + 1);
+  std::string line = text->substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7);
+  std::vector<long> ids;
+  for (const char* p = line.c_str(); *p;) {
+    char* next = nullptr;
+    long v = std::strtol(p, &next, 10);
+    if (next == p) break;
+    ids.push_back(v);
+    p = next;
+  }
+  return ids.size() >= 2 ? static_cast<pid_t>(ids.back()) : 0;
+}
+
 }  // namespace
 
-process_tree::process_tree(pid_t leader, std::string run_dir) : leader_(leader), run_dir_(std::move(run_dir)) {
+process_tree::process_tree(pid_t leader, std::string run_dir)
+    : leader_(leader), keeper_(keeper_of(leader)), run_dir_(std::move(run_dir)) {
   {
     std::lock_guard lock(active_mu);
     active_runs.insert(run_dir_);
@@ -55,7 +77,7 @@ bool process_tree::add(const detail::proc_stat& p) {
     ::close(fd);
     return false;
   }
-  members_[p.pid] = member{p.start_time, fd, p.comm, false};
+  members_[p.pid] = member{p.start_time, fd, p.comm, false, keeper_ > 0 ? innermost_pid(p.pid) : 0};
   return true;
 }
 
@@ -75,6 +97,7 @@ void process_tree::refresh() {
 void process_tree::refresh(const std::vector<detail::proc_stat>& procs) {
   const pid_t self = ::getpid();
   std::unordered_map<pid_t, std::uint64_t> live;  // members still running, for parent links
+  if (keeper_ > 0) live[keeper_] = 0;              // the keeper adopts the run's orphans
   for (const auto& p : procs) {
     auto it = members_.find(p.pid);
     if (it == members_.end()) continue;
@@ -91,7 +114,7 @@ void process_tree::refresh(const std::vector<detail::proc_stat>& procs) {
   while (grew) {
     grew = false;
     for (const auto& p : procs) {
-      if (p.pid == self || members_.count(p.pid) || gone.count(p.pid)) continue;
+      if (p.pid == self || p.pid == keeper_ || members_.count(p.pid) || gone.count(p.pid)) continue;
       bool mine = live.count(p.ppid) || p.pgrp == leader_;
       if (!mine && p.ppid == self && !is_owned(p.pid)) {
         auto it = env_dir.find(p.pid);
@@ -127,6 +150,13 @@ std::vector<detail::proc_stat> process_tree::alive() {
 std::vector<pid_t> process_tree::pids() const {
   std::vector<pid_t> out;
   for (const auto& [pid, m] : members_) out.push_back(pid);
+  return out;
+}
+
+std::map<pid_t, pid_t> process_tree::namespace_pids() const {
+  std::map<pid_t, pid_t> out;
+  for (const auto& [pid, m] : members_)
+    if (m.namespace_pid > 0) out[pid] = m.namespace_pid;
   return out;
 }
 

@@ -6,6 +6,8 @@
 // environment — so children that setsid() into another session or double-fork away are still
 // found, even after the process between them and the leader has exited. Each member is held
 // by a pidfd once seen, so it is waited for and signalled without ever hitting a reused pid.
+// A contained leader (containment.h) has a keeper between it and the harness: orphans of the
+// run are reparented to the keeper, so its children are members too (the keeper itself is not).
 //
 //   harness::process_tree tree(leader.pid(), run_dir);
 //   tree.refresh();                                   // call now and then while the run lives
@@ -45,6 +47,12 @@ class process_tree {
   [[nodiscard]] std::vector<detail::proc_stat> alive();
   /// Every pid ever seen as a member.
   [[nodiscard]] std::vector<pid_t> pids() const;
+  /// For a run in its own PID namespace: each member seen so far, by its pid as the harness sees
+  /// it, mapped to its pid inside the namespace (what the process's getpid(), a core file and
+  /// core_pattern's %p say). Empty for a run without a namespace.
+  [[nodiscard]] std::map<pid_t, pid_t> namespace_pids() const;
+  /// The leader's keeper (containment.h), or -1 when it has none.
+  [[nodiscard]] pid_t keeper() const noexcept { return keeper_; }
   /// Sends `sig` to every live member (through pidfds).
   void signal_all(int sig);
   /// Waits until every member seen so far has exited or `d` passes; true when none is alive.
@@ -64,11 +72,13 @@ class process_tree {
     int pidfd = -1;
     std::string comm;
     bool exited = false;
+    pid_t namespace_pid = 0;  ///< its pid inside the run's PID namespace (0: none, or not read)
   };
   bool exited(member& m);
   bool add(const detail::proc_stat& p);
 
   pid_t leader_;
+  pid_t keeper_ = -1;
   std::string run_dir_;
   std::map<pid_t, member> members_;
 };

@@ -1,0 +1,152 @@
+// Containment: every process of a run ends when the harness ends, however it ends — SIGKILL of
+// the harness included (what a CI job timeout does), when nothing of the harness runs any more.
+//
+// A contained run has one process between the harness and the program: its *keeper*, started
+// with clone3 (no exec: a copy of the harness that runs only system calls), which starts the
+// program and then sleeps in poll(2), out of the program's way. The keeper holds the read end of
+// the harness's *lifeline*, a pipe whose write end only the harness holds (close-on-exec, and
+// closed by every keeper at start): when the harness dies, by any means, the pipe reports EOF to
+// every keeper at once, and each keeper ends its run's tree. How the tree ends, strongest first:
+//
+//   pid namespace   the keeper is pid 1 of a new PID namespace (CLONE_NEWPID; with CLONE_NEWUSER
+//                   and an identity uid/gid map when the harness is not root). When it exits the
+//                   kernel kills every process in the namespace; nothing can escape by setsid(),
+//                   double fork or a cleared environment. The keeper stays in the harness's
+//                   process group, so a kill of that group takes the runs too.
+//   cgroup+keeper+pdeathsig   no namespace; the keeper is a child subreaper in its own process
+//                   group (a kill of the harness's group leaves it to clean up), so every orphan
+//                   of the run is reparented to it; the program is in a cgroup v2 of its own and
+//                   has PR_SET_PDEATHSIG(SIGKILL) against the keeper (a single-threaded parent,
+//                   so the signal means exactly "the keeper died"). On EOF the keeper writes
+//                   cgroup.kill (no fork can outrun it), SIGKILLs its children until none is
+//                   left, reaps them and removes the cgroup.
+//   keeper+pdeathsig   the same without a cgroup (none is writable).
+//   process group only  no keeper (FAULTLINE_CONTAINMENT=none): the run is a direct child of
+//                   the harness in its own process group; it survives a SIGKILL of the harness.
+//
+// The program itself runs as it would bare: exec'd from a fresh process with default signal
+// dispositions, an empty signal mask, the harness's inheritable descriptors and `keep_fds`, its
+// own process group; its parent is the keeper instead of the harness (in a namespace, getpid()
+// is 2 and getppid() is 1 — pids inside differ from the harness's view, see below). Its exit
+// status reaches the harness exactly: the keeper reaps it and passes the wait status on.
+//
+// Which one is used is chosen once per process, on first use, as the strongest the kernel
+// allows up to a cap, FAULTLINE_CONTAINMENT: "auto" (default: cgroup+keeper+pdeathsig, else
+// keeper+pdeathsig), "pidns" (opt-in: the program then sees namespace pids, see below),
+// "cgroup", "keeper", "none".
+//
+//   harness::spawn_options o;
+//   o.argv = {"./prog"};
+//   o.envp = harness::current_environment();
+//   o.contain = true;                               // spawn() starts it under containment()
+//   auto c = harness::spawn(o);                     // c->pid(): the program, as the harness sees it
+//   std::cout << harness::containment_summary();    // "pid namespace"
+//
+// PIDs in a namespace: the harness, /proc (not remounted) and the process tree use host pids;
+// the program's own getpid(), a core file's pid and core_pattern's %p use the namespace's
+// (process_tree::namespace_pids maps them). readlink("/proc/self") gives the host pid.
+//
+// Thread safety: everything here may be called from any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "harness/process.h"
+
+namespace faultline::harness {
+
+/// How a run's processes are tied to the harness's life (strongest last).
+enum class containment_kind {
+  none,           ///< own process group under the subreaper; survives a SIGKILL of the harness
+  keeper,         ///< keeper (subreaper) + PR_SET_PDEATHSIG on the program
+  keeper_cgroup,  ///< keeper + PDEATHSIG + a cgroup v2 per run, killed with cgroup.kill
+  pid_namespace,  ///< keeper as pid 1 of a PID namespace per run: the kernel kills the rest
+};
+
+/// What this process uses.
+struct containment_info {
+  containment_kind kind = containment_kind::none;
+  bool user_namespace = false;  ///< pid_namespace needed CLONE_NEWUSER (the harness is not root)
+  std::string summary;          ///< "pid namespace", "cgroup+keeper+pdeathsig", ...
+  std::string why;              ///< why nothing stronger is used ("" when nothing is stronger)
+};
+
+/// The environment variable that caps the containment: auto, pidns, cgroup, keeper, none.
+inline constexpr const char* containment_env = "FAULTLINE_CONTAINMENT";
+
+/// The containment spawn() uses for spawn_options::contain. Chosen on the first call (probing
+/// the kernel with a short-lived child), then fixed for the life of the process.
+const containment_info& containment();
+
+/// containment().summary, and why nothing stronger is used when that is so:
+/// "keeper+pdeathsig (pid namespace: clone3(CLONE_NEWPID): Operation not permitted; cgroup: ...)".
+std::string containment_summary();
+
+/// Whether `kind` can be used here: ok, or errc::unavailable saying why not. Probes once per kind.
+core::status containment_available(containment_kind kind);
+
+/// Whether runs under `kind` borrow pooled keepers (pid_namespace where the harness may setns:
+/// the program is then the harness's own child) rather than one keeper per run that starts it.
+bool keepers_pooled(containment_kind kind);
+
+/// Creates idle keepers for `runs_at_once` runs now, so that none is created just before a run
+/// (a process created beside a program shifts where the scheduler puts the program's threads).
+/// Call at the start of a campaign. Does nothing unless containment() pools keepers. Errors: the
+/// first keeper that could not be created.
+core::status prepare_containment(unsigned runs_at_once);
+
+/// "none", "keeper", "keeper_cgroup", "pid_namespace".
+const char* to_string(containment_kind kind) noexcept;
+
+/// Starts `o` under containment `kind` (spawn() with o.contain uses containment().kind; tests
+/// force one). The child's pid and pidfd are the program's; reap() returns the program's exact
+/// wait status; destroying the child ends whatever is left of its tree and the keeper. Errors:
+/// as spawn() (not_found for a missing program, ...); unavailable when `kind` cannot be used here.
+core::result<child> spawn_contained(const spawn_options& o, containment_kind kind);
+
+/// The keeper of a contained child's program (by the program's pid), or -1. A process of the
+/// run whose parent died is reparented to the keeper, not to the harness: process_tree follows.
+pid_t keeper_of(pid_t program);
+
+namespace detail {
+
+/// The harness's end of a keeper, owned by a child. Two kinds:
+///  - relaying: the keeper started the program (its parent) and reports its wait status on
+///    `socket`; destroying the handle ends the keeper and what is left of the run;
+///  - pooled: an idle keeper lent for one run, the program being the harness's own child in the
+///    keeper's namespace; destroying the handle returns the keeper to the pool when its
+///    namespace is empty, else kills it (and with it everything left in the namespace).
+class keeper_handle {
+ public:
+  /// Relaying.
+  keeper_handle(pid_t keeper, int keeper_pidfd, int socket, pid_t program, std::string cgroup_dir);
+  /// Pooled (takes the keeper's pidfd and namespace descriptor; duplicates `program_pidfd`).
+  keeper_handle(pid_t keeper, int keeper_pidfd, int ns_fd, pid_t program, int program_pidfd);
+  ~keeper_handle();
+  keeper_handle(const keeper_handle&) = delete;
+  keeper_handle& operator=(const keeper_handle&) = delete;
+
+  [[nodiscard]] pid_t pid() const noexcept { return keeper_; }
+  /// Whether the keeper started the program and relays its status (else the harness reaps it).
+  [[nodiscard]] bool relays() const noexcept { return socket_ >= 0; }
+  /// Relaying only: blocks until the keeper reports the program's wait status. A keeper that
+  /// died first took the program with it: that reads as killed by SIGKILL.
+  int wait_status();
+
+ private:
+  void end_relaying_keeper();
+  pid_t keeper_;
+  int keeper_pidfd_;
+  int socket_ = -1;
+  int ns_fd_ = -1;
+  pid_t program_;
+  int program_pidfd_ = -1;
+  std::string cgroup_dir_;
+};
+
+}  // namespace detail
+}  // namespace faultline::harness
