@@ -1,12 +1,19 @@
 #include "harness/campaign.h"
 
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <mutex>
 #include <set>
+#include <system_error>
 #include <thread>
 
+#include "harness/agent/protocol.h"
 #include "harness/detail/sys.h"
 #include "harness/process.h"
 #include "harness/process_tree.h"
@@ -19,7 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 
 run_record to_record(const run_report& rep, const variant& v, std::uint64_t run, std::uint64_t seed,
-                     const std::string& run_id, const std::vector<std::string>& argv) {
+                     const std::string& run_id, const std::vector<std::string>& argv, bool keep_files) {
   run_record r;
   r.run_id = run_id;
   r.run = run;
@@ -33,13 +40,47 @@ run_record to_record(const run_report& rep, const variant& v, std::uint64_t run,
   r.signal = rep.verdict.signal;
   r.duration_ms = rep.duration.count();
   r.signature = rep.verdict.signature;
-  r.log = "logs/" + run_id + ".log";
-  r.stacks = rep.evidence.stacks_path.empty() ? "" : "runs/" + run_id + "/" + rep.evidence.stacks_path.filename().string();
+  if (keep_files) {
+    r.log = "logs/" + run_id + ".log";
+    r.stacks = rep.evidence.stacks_path.empty() ? "" : "runs/" + run_id + "/" + rep.evidence.stacks_path.filename().string();
+  }
   r.leaked_pids = rep.evidence.leaked_pids;
   r.leaked_shm = rep.evidence.leaked_shm;
   r.timestamp = detail::iso_utc(rep.started);
   r.command = argv;
   return r;
+}
+
+// The fault-spec patterns that processes of the run reached: the union of its points.PID files
+// (harness/agent/protocol.h), sorted.
+std::vector<std::string> read_points(const fs::path& run_dir) {
+  std::set<std::string> reached;
+  std::error_code ec;
+  for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().rfind(agent::points_file_prefix, 0) != 0) continue;
+    auto text = detail::read_file(it->path(), 1 << 20);
+    if (!text) continue;
+    std::size_t pos = 0;
+    while (pos < text->size()) {
+      std::size_t nl = text->find('\n', pos);
+      if (nl == std::string::npos) nl = text->size();
+      std::string line = text->substr(pos, nl - pos);
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (!line.empty()) reached.insert(std::move(line));
+      pos = nl + 1;
+    }
+  }
+  return {reached.begin(), reached.end()};
+}
+
+// Removes a run's log and directory. Returns the first error other than "already gone".
+std::error_code prune_run(const fs::path& out_dir, const std::string& run_id) {
+  std::error_code first, ec;
+  fs::remove(out_dir / "logs" / (run_id + ".log"), ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) first = ec;
+  fs::remove_all(out_dir / "runs" / run_id, ec);
+  if (ec && !first && ec != std::errc::no_such_file_or_directory) first = ec;
+  return first;
 }
 
 // Processes no run could claim (an orphan that cleared its environment while several runs were
@@ -57,7 +98,87 @@ std::vector<int> kill_strays(std::chrono::milliseconds grace) {
   return killed;
 }
 
+campaign_manifest manifest_of(const campaign_options& o) {
+  campaign_manifest m;
+  m.repeat = o.repeat;
+  m.seed = o.seed;
+  m.part = o.part;
+  for (const auto& v : o.variants) m.variants.push_back({v.name, v.faults});
+  return m;
+}
+
+core::status write_manifest(const fs::path& out_dir, const campaign_manifest& m) {
+  nlohmann::json variants = nlohmann::json::array();
+  for (const auto& v : m.variants) variants.push_back({{"name", v.name}, {"faults", v.faults}});
+  nlohmann::json j = {{"format", 1},
+                      {"repeat", m.repeat},
+                      {"seed", m.seed},
+                      {"shard", m.part.to_string()},
+                      {"variants", variants}};
+  const fs::path path = out_dir / manifest_file;
+  const fs::path tmp = out_dir / (std::string(manifest_file) + ".tmp");
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return detail::sys_error(errno, "open " + tmp.string());
+  auto s = detail::write_all(fd, j.dump(2) + "\n", "write " + tmp.string());
+  ::close(fd);
+  if (!s) return s;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return detail::sys_error(errno, "rename " + tmp.string());
+  return {};
+}
+
+std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
+
+std::string variant_list(const std::vector<summary_key>& vs) {
+  std::string out;
+  for (std::size_t i = 0; i < vs.size() && i < 6; ++i) out += (i ? ", " : "") + in_quotes(vs[i].name);
+  if (vs.size() > 6) out += ", ... (" + std::to_string(vs.size()) + " variants)";
+  return out.empty() ? "nothing" : out;
+}
+
+core::status refuse_resume(const fs::path& out_dir, const std::string& why) {
+  return core::status(core::errc::invalid_argument,
+                      "cannot resume " + out_dir.string() + ": " + why +
+                          "; resume with the options the campaign was started with, or use another --out");
+}
+
+// Whether the campaign recorded in a directory numbered its runs as `now` does.
+core::status check_manifest(const fs::path& out_dir, const campaign_manifest& was, const campaign_manifest& now) {
+  bool same_names = was.variants.size() == now.variants.size();
+  for (std::size_t i = 0; same_names && i < now.variants.size(); ++i) same_names = was.variants[i].name == now.variants[i].name;
+  if (!same_names)
+    return refuse_resume(out_dir, "it ran " + variant_list(was.variants) + ", this campaign runs " + variant_list(now.variants) +
+                                      " (another variant list numbers the runs differently)");
+  for (std::size_t i = 0; i < now.variants.size(); ++i)
+    if (was.variants[i].faults != now.variants[i].faults)
+      return refuse_resume(out_dir, "its runs of " + in_quotes(now.variants[i].name) + " had --faults " + in_quotes(was.variants[i].faults) +
+                                        ", this campaign gives " + in_quotes(now.variants[i].faults));
+  if (was.repeat != now.repeat)
+    return refuse_resume(out_dir, "it was started with --repeat " + std::to_string(was.repeat) + ", this campaign has --repeat " +
+                                      std::to_string(now.repeat));
+  if (was.seed != now.seed)
+    return refuse_resume(out_dir, "it was started with --seed " + std::to_string(was.seed) + ", this campaign has --seed " +
+                                      std::to_string(now.seed));
+  if (was.part.index != now.part.index || was.part.count != now.part.count)
+    return refuse_resume(out_dir, "it was shard " + was.part.to_string() + ", this campaign is shard " + now.part.to_string());
+  return {};
+}
+
 }  // namespace
+
+std::string_view to_string(keep_policy k) noexcept {
+  switch (k) {
+    case keep_policy::failures: return "failures";
+    case keep_policy::all: return "all";
+    case keep_policy::none: return "none";
+  }
+  return "failures";
+}
+
+std::optional<keep_policy> keep_policy_from_string(std::string_view s) noexcept {
+  for (keep_policy k : {keep_policy::failures, keep_policy::all, keep_policy::none})
+    if (to_string(k) == s) return k;
+  return std::nullopt;
+}
 
 std::string make_run_id(const std::string& name, std::uint64_t seed) {
   std::string id;
@@ -76,33 +197,154 @@ std::uint64_t owned_runs(std::uint64_t total, const shard& part) {
   return total / part.count + (part.index < total % part.count ? 1 : 0);
 }
 
+core::result<std::optional<campaign_manifest>> read_manifest(const fs::path& out_dir) {
+  const fs::path path = out_dir / manifest_file;
+  auto text = detail::read_file(path, 16 << 20);
+  if (!text) {
+    if (text.code() == core::errc::not_found) return std::optional<campaign_manifest>();
+    return text.error();
+  }
+  campaign_manifest m;
+  try {
+    auto j = nlohmann::json::parse(*text);
+    if (j.at("format").get<int>() != 1) throw nlohmann::json::other_error::create(501, "unknown format " + j.at("format").dump(), &j);
+    m.repeat = j.at("repeat").get<std::uint64_t>();
+    m.seed = j.at("seed").get<std::uint64_t>();
+    auto part = parse_shard(j.at("shard").get<std::string>());
+    if (!part) throw nlohmann::json::other_error::create(501, part.error().message(), &j);
+    m.part = *part;
+    for (const auto& v : j.at("variants")) m.variants.push_back({v.at("name").get<std::string>(), v.at("faults").get<std::string>()});
+  } catch (const nlohmann::json::exception& e) {
+    return core::status(core::errc::corrupt, path.string() + " is not a faultline campaign manifest: " + e.what());
+  }
+  return std::optional<campaign_manifest>(std::move(m));
+}
+
 core::result<campaign_result> run_campaign(const campaign_options& o) {
   if (o.variants.empty()) return core::status(core::errc::invalid_argument, "nothing to run");
   if (o.jobs == 0) return core::status(core::errc::invalid_argument, "jobs must be at least 1");
+  if (o.jobs > max_jobs)
+    return core::status(core::errc::invalid_argument,
+                        "jobs " + std::to_string(o.jobs) + ": at most " + std::to_string(max_jobs) + " runs at once");
+  if (o.part.count == 0 || o.part.index >= o.part.count) return core::status(core::errc::invalid_argument, "bad shard " + o.part.to_string());
   std::error_code ec;
+  if (!o.resume) {
+    // A new campaign replaces what an earlier one left in out_dir (results appended to another
+    // campaign's would be counted together, and a later --resume could not tell them apart).
+    if (fs::exists(o.out_dir / "results.jsonl", ec) || fs::exists(o.out_dir / manifest_file, ec)) {
+      for (const char* name : {"results.jsonl", manifest_file, "logs", "runs"}) fs::remove_all(o.out_dir / name, ec);
+      if (ec) return core::status(core::errc::io_error, "clear the earlier campaign in " + o.out_dir.string() + ": " + ec.message());
+      if (o.warn) o.warn("replaced the earlier campaign in " + o.out_dir.string() + " (--resume continues one)");
+    }
+  }
   fs::create_directories(o.out_dir / "logs", ec);
-  fs::create_directories(o.out_dir / "runs", ec);
+  if (!ec) fs::create_directories(o.out_dir / "runs", ec);
   if (ec) return core::status(core::errc::io_error, "create " + o.out_dir.string() + ": " + ec.message());
-  results_writer writer;
-  if (auto s = writer.open(o.out_dir / "results.jsonl"); !s) return s;
 
   const std::uint64_t nvariants = o.variants.size();
   const std::uint64_t total = o.repeat * nvariants;
+  const fs::path results_path = o.out_dir / "results.jsonl";
+  const campaign_manifest manifest = manifest_of(o);
+
+  std::mutex mu;  // guards everything below that the workers share
+  campaign_result result;
+  std::vector<summary_key> keys;
+  for (const auto& v : o.variants) keys.push_back({v.name, v.faults});
+  summary_builder summary(std::move(keys));
+  std::vector<std::uint64_t> passes_kept(nvariants, 0);
+  // Recorded runs (resume), one bit per owned run number: run k is bit k / shard count.
+  std::vector<bool> recorded;
+  std::uint64_t failures = 0;
+
+  // Warnings go out through the progress meter once there is one, so that they never mix with
+  // its line; it is set before any worker starts.
+  std::mutex warn_mu;
+  progress_meter* meter = nullptr;
+  auto warn = [&](const std::string& text) {
+    std::lock_guard lock(warn_mu);
+    result.warnings.push_back(text);
+    if (!o.warn) return;
+    if (meter) meter->interject([&] { o.warn(text); });
+    else o.warn(text);
+  };
+
+  if (o.resume) {
+    auto was = read_manifest(o.out_dir);
+    if (!was) return was.error();
+    if (*was) {
+      if (auto s = check_manifest(o.out_dir, **was, manifest); !s) return s;
+    }
+    auto check = [&](run_record&& r, std::uint64_t line) -> core::status {
+      const std::string where = results_path.string() + " line " + std::to_string(line);
+      if (!*was)
+        return refuse_resume(o.out_dir, "it has results but no " + std::string(manifest_file) + " to say which options made them");
+      if (r.run >= total || !o.part.owns(r.run))
+        return refuse_resume(o.out_dir, where + " records run " + std::to_string(r.run) + ", which is not a run of this campaign");
+      const variant& v = o.variants[r.run % nvariants];
+      const std::uint64_t seed = o.seed + r.run / nvariants;
+      if (r.name != v.name || r.seed != seed || r.faults != v.faults)
+        return refuse_resume(o.out_dir, where + " records run " + std::to_string(r.run) + " as " + in_quotes(r.name) + " seed " +
+                                            std::to_string(r.seed) + " faults " + in_quotes(r.faults) + ", but run " +
+                                            std::to_string(r.run) + " of this campaign is " + in_quotes(v.name) + " seed " +
+                                            std::to_string(seed) + " faults " + in_quotes(v.faults));
+      const std::uint64_t bit = r.run / o.part.count;
+      if (bit >= recorded.size()) recorded.resize(bit + 1, false);
+      if (recorded[bit]) return {};  // recorded twice (an append without --resume): counted once
+      recorded[bit] = true;
+      ++result.resumed;
+      summary.add(r);
+      if (r.result != outcome::pass) {
+        ++failures;
+      } else if (!r.log.empty()) {
+        ++passes_kept[r.run % nvariants];
+      } else {
+        // Recorded as pruned, but the harness may have died before pruning it.
+        prune_run(o.out_dir, r.run_id);
+      }
+      return {};
+    };
+    auto scan = recover_results(results_path, check);
+    if (!scan && scan.code() != core::errc::not_found) return scan.error();
+    if (scan && scan->truncated_tail)
+      warn(results_path.string() + ": the last line was torn (the harness was killed while writing it): dropped its " +
+           std::to_string(scan->torn_bytes) + " bytes; that run is performed again");
+    if (!*was) {
+      if (auto s = write_manifest(o.out_dir, manifest); !s) return s;
+    }
+  } else {
+    if (auto s = write_manifest(o.out_dir, manifest); !s) return s;
+  }
+
+  results_writer writer;
+  if (auto s = writer.open(results_path); !s) return s;
+
+  const std::uint64_t owned = owned_runs(total, o.part);
+  const std::uint64_t to_perform = owned - std::min(owned, result.resumed);
+  bool stop = o.until_fail && failures > 0;
+  result.stopped_early = stop;
+  // No more threads than runs: a thread without a run to take only costs memory.
+  const unsigned jobs = static_cast<unsigned>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(o.jobs, stop ? 1 : to_perform)));
+  const bool check_shm = jobs == 1;  // with runs overlapping, a new entry has no single owner
   const auto shm_before = faultline_shm_entries();
 
-  std::mutex mu;
-  std::uint64_t next = 0, done = 0, failures = 0;
-  bool stop = false;
+  std::uint64_t next = 0, done = 0;
+  bool prune_warned = false;
   core::status write_error;
-  campaign_result result;
-  progress_meter progress(o.progress, o.progress_tty, owned_runs(total, o.part));
+  const std::uint64_t passes_to_keep =
+      o.keep == keep_policy::all ? ~std::uint64_t{0} : o.keep == keep_policy::none ? 0 : o.keep_passes;
+  auto is_recorded = [&](std::uint64_t k) {
+    const std::uint64_t bit = k / o.part.count;
+    return bit < recorded.size() && recorded[bit];
+  };
+  progress_meter progress(o.progress, o.progress_tty, to_perform);
+  meter = &progress;
 
   auto worker = [&] {
     for (;;) {
       std::uint64_t k;
       {
         std::lock_guard lock(mu);
-        while (next < total && !o.part.owns(next)) ++next;
+        while (next < total && (!o.part.owns(next) || is_recorded(next))) ++next;
         if (stop || next >= total || (o.cancel && o.cancel->load())) return;
         k = next++;
       }
@@ -124,17 +366,39 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
       rq.timeout = v.timeout;
       rq.grace = o.grace;
       rq.stacks = o.stacks;
+      rq.crash = o.crash;
       rq.gtest_output = v.gtest_output;
-      rq.check_shm = o.jobs == 1;  // with runs overlapping, a new entry has no single owner
+      rq.in_run_dir = v.in_run_dir;
+      rq.check_shm = check_shm;
       rq.cancel = o.cancel;
       run_report rep = run_once(rq);
       if (rep.interrupted) return;
 
-      run_record rec = to_record(rep, v, k, seed, id, v.argv);
+      bool keep = true;
+      if (rep.verdict.result == outcome::pass) {
+        std::lock_guard lock(mu);
+        std::uint64_t& kept = passes_kept[k % nvariants];
+        keep = kept < passes_to_keep;
+        if (keep) ++kept;
+      }
+      run_record rec = to_record(rep, v, k, seed, id, v.argv, keep);
+      rec.points_reached = read_points(rq.run_dir);  // before the directory may go
       auto ws = writer.append(rec);
+      // Only a recorded run is pruned: its line is all that is left of it.
+      if (!keep && ws) {
+        if (auto pe = prune_run(o.out_dir, id); pe) {
+          std::lock_guard lock(mu);
+          if (!prune_warned) {
+            prune_warned = true;
+            warn("cannot remove the files of passing run " + id + ": " + pe.message() + " (further failures not reported)");
+          }
+        }
+      }
       std::lock_guard lock(mu);
       if (!ws && write_error.is_ok()) write_error = ws;
       ++done;
+      ++result.performed;
+      summary.add(rec);
       if (rec.result != outcome::pass) {
         ++failures;
         if (o.until_fail) {
@@ -142,28 +406,38 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
           result.stopped_early = true;
         }
       }
-      result.records.push_back(std::move(rec));
       progress.update(done, failures);
     }
   };
 
+  // A thread that cannot be created (process or memory limits) lowers the parallelism; the
+  // runs still all happen, on the threads that did start.
   std::vector<std::thread> threads;
-  for (unsigned j = 1; j < o.jobs; ++j) threads.emplace_back(worker);
+  result.jobs = 1;
+  for (unsigned j = 1; j < jobs; ++j) {
+    try {
+      threads.emplace_back(worker);
+      ++result.jobs;
+    } catch (const std::system_error& e) {
+      warn("could start only " + std::to_string(result.jobs) + " of " + std::to_string(jobs) + " runs at once (" + e.what() +
+           "); going on with " + std::to_string(result.jobs));
+      break;
+    }
+  }
   worker();
   for (auto& t : threads) t.join();
   progress.finish();
 
   result.interrupted = o.cancel && o.cancel->load();
   result.stray_pids = kill_strays(o.grace);
-  if (o.jobs > 1) {
+  if (!check_shm) {
     for (const auto& name : faultline_shm_entries()) {
       if (std::binary_search(shm_before.begin(), shm_before.end(), name)) continue;
       result.stray_shm.push_back(name);
       fs::remove(fs::path("/dev/shm") / name, ec);
     }
   }
-  std::sort(result.records.begin(), result.records.end(),
-            [](const run_record& a, const run_record& b) { return a.run < b.run; });
+  result.summaries = summary.summaries();
   if (!write_error) return write_error;
   return result;
 }

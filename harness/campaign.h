@@ -12,7 +12,26 @@
 //   o.repeat = 100;
 //   o.seed = 42;
 //   o.out_dir = "out";
-//   auto r = harness::run_campaign(o);   // r->records: one per run performed
+//   auto r = harness::run_campaign(o);   // r->summaries: one per variant
+//
+// Output directory (OUT = out_dir):
+//   OUT/results.jsonl   one line per run (results.h), appended; an existing file is appended
+//                       to, never truncated (without `resume`, nothing checks what it holds)
+//   OUT/campaign.json   the options that fix the run numbering (repeat, seed, shard, variant
+//                       names and fault specs), written when a campaign starts; what `resume`
+//                       checks against
+//   OUT/logs/RUN.log, OUT/runs/RUN/   a run's output and files, kept for every run that did
+//                       not pass and, by default, the first keep_passes passes of each variant
+//                       (`keep`); a pruned run's record has no "log" or "stacks"
+//
+// Memory does not grow with the number of runs: the summaries are accumulated as runs finish
+// (summary.h) and no record is kept; a resumed campaign keeps one bit per recorded run.
+//
+// Resuming (`resume`): the results already in OUT/results.jsonl count as performed runs. A torn
+// last line (the harness was killed while writing it) is cut off with a warning; a malformed
+// line elsewhere, a record that this campaign would not have made (another name, seed or fault
+// spec for its run number) or a campaign.json with other options is an error, and nothing runs.
+// A run recorded twice counts once.
 //
 // Thread safety: run_campaign blocks; it may not be called twice at once in one process when
 // `check_shm` attribution matters (it is then only done with one job).
@@ -22,14 +41,19 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
 #include "harness/results.h"
 #include "harness/shard.h"
+#include "harness/runner.h"
 #include "harness/stacks.h"
+#include "harness/summary.h"
 
 namespace faultline::harness {
 
@@ -41,7 +65,27 @@ struct variant {
   std::chrono::milliseconds timeout{600'000};
   std::vector<std::string> env;          ///< extra "K=V" for its runs
   bool gtest_output = false;             ///< ask gtest programs for RUNDIR/gtest.xml
+  bool in_run_dir = false;               ///< runs with RUNDIR as working directory (a scenario:
+                                         ///< its core lands there, one per run, never shared)
 };
+
+/// The most runs a campaign performs at once (each is a thread and a process tree).
+inline constexpr unsigned max_jobs = 1024;
+
+/// The first passes of each variant whose files keep_policy::failures keeps.
+inline constexpr std::uint64_t default_kept_passes = 3;
+
+/// Which runs keep their log and run directory once recorded.
+enum class keep_policy {
+  failures,  ///< every run that did not pass, and the first keep_passes passes of each variant
+  all,       ///< every run
+  none,      ///< every run that did not pass; no pass
+};
+
+/// "failures", "all", "none".
+std::string_view to_string(keep_policy k) noexcept;
+/// Inverse of to_string; nullopt for anything else.
+std::optional<keep_policy> keep_policy_from_string(std::string_view s) noexcept;
 
 /// How to run the campaign.
 struct campaign_options {
@@ -49,20 +93,31 @@ struct campaign_options {
   std::uint64_t repeat = 1;              ///< runs per variant (before sharding)
   std::uint64_t seed = 0;                ///< repetition r runs with seed + r
   bool until_fail = false;               ///< start no new run after the first failure
-  unsigned jobs = 1;                     ///< runs at once
+  unsigned jobs = 1;                     ///< runs at once: 1..max_jobs, lowered to the runs to perform
   shard part;                            ///< which runs this process performs
   std::filesystem::path out_dir = "faultline-out";
   std::chrono::milliseconds grace{1'000};
   stack_options stacks;
+  crash_capture crash = crash_capture::automatic;  ///< how crashes in the runs are captured
   std::vector<std::string> env;          ///< base environment of every run
   std::ostream* progress = nullptr;      ///< progress line (null: none)
   bool progress_tty = false;
   const std::atomic<bool>* cancel = nullptr;  ///< stop: kill runs in flight, start no more
+  keep_policy keep = keep_policy::failures;   ///< whose files stay once the run is recorded
+  std::uint64_t keep_passes = default_kept_passes;  ///< passes per variant kept by `failures`
+  bool resume = false;                   ///< continue the campaign recorded in out_dir (without it, a
+                                         ///< new campaign replaces the one there)
+  /// Called (from the thread that noticed) with each warning as it happens; may be empty.
+  std::function<void(const std::string&)> warn;
 };
 
 /// What a campaign did.
 struct campaign_result {
-  std::vector<run_record> records;       ///< every completed run, in run-number order
+  std::vector<variant_summary> summaries;  ///< one per variant, in the order of `variants`
+  std::uint64_t performed = 0;           ///< runs performed by this call
+  std::uint64_t resumed = 0;             ///< runs found already recorded (resume), counted once
+  unsigned jobs = 0;                     ///< runs that were in flight at once, at most
+  std::vector<std::string> warnings;     ///< every warning given through `warn`, in order
   bool interrupted = false;              ///< cancelled before the end
   bool stopped_early = false;            ///< --until-fail stopped it
   std::vector<int> stray_pids;           ///< unattributed processes killed at the end
@@ -75,8 +130,27 @@ std::string make_run_id(const std::string& name, std::uint64_t seed);
 /// The runs of `total` that `part` owns, counted.
 std::uint64_t owned_runs(std::uint64_t total, const shard& part);
 
-/// Performs the campaign. Errors: io_error when the output directory or results file cannot
-/// be created, invalid_argument for an empty variant list or jobs == 0.
+/// The options that fix which run is which: what OUT/campaign.json holds.
+struct campaign_manifest {
+  std::uint64_t repeat = 1;
+  std::uint64_t seed = 0;
+  shard part;
+  std::vector<summary_key> variants;  ///< names and fault specs, in run-numbering order
+};
+
+/// The file name of the manifest in an output directory.
+inline constexpr const char* manifest_file = "campaign.json";
+
+/// The manifest of the campaign in `out_dir`; nullopt when it has none. Errors: corrupt when
+/// the file is not a manifest, io_error when it cannot be read.
+core::result<std::optional<campaign_manifest>> read_manifest(const std::filesystem::path& out_dir);
+
+/// Performs the campaign (resuming it with `o.resume`). A thread that cannot be started is a
+/// warning, not an error: the campaign goes on with the threads it has (at least the caller's).
+/// Errors: invalid_argument for an empty variant list, jobs outside 1..max_jobs, or a resume
+/// into a directory whose campaign had other options (the message names them); corrupt for a
+/// malformed results file or manifest; io_error when the output directory, results file or
+/// manifest cannot be created or written.
 core::result<campaign_result> run_campaign(const campaign_options& o);
 
 }  // namespace faultline::harness

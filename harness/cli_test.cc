@@ -69,6 +69,18 @@ TEST(cli, rejects_an_unknown_stack_method) {
   expect_usage_error({"exec", "--stacks", "psychic", "--", "true"}, "expected auto, gdb, agent, proc or none");
 }
 
+TEST(cli, rejects_more_jobs_than_it_can_run_at_once) {
+  expect_usage_error({"exec", "--jobs", "100000", "--", "true"}, "--jobs 100000: at most 1024 runs at once");
+  expect_usage_error({"run", "--all", "--jobs", "1025"}, "--jobs 1025: at most 1024 runs at once");
+  expect_usage_error({"exec", "--jobs", "0", "--", "true"}, "--jobs");
+}
+
+TEST(cli, rejects_an_unknown_keep_policy) {
+  expect_usage_error({"exec", "--keep", "some", "--", "true"}, "--keep 'some': expected failures, all or none");
+}
+
+TEST(cli, resume_is_for_run_and_exec_only) { expect_usage_error({"verify", "--resume"}, "--resume"); }
+
 TEST(cli, rejects_unknown_options) { expect_usage_error({"run", "--all", "--frobnicate"}, "--frobnicate"); }
 
 TEST(cli, rejects_malformed_gtest_shard_variables) {

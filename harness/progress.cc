@@ -51,6 +51,19 @@ void progress_meter::finish() {
   if (tty_ || printed_) print_locked(true);
 }
 
+void progress_meter::interject(const std::function<void()>& write) {
+  std::lock_guard lock(mu_);
+  const bool redraw = out_ && tty_ && printed_;
+  if (redraw) *out_ << '\r' << std::string(last_width_, ' ') << '\r';
+  write();
+  if (redraw) {
+    last_width_ = 0;
+    print_locked(false);
+  } else if (out_) {
+    out_->flush();
+  }
+}
+
 void progress_meter::print_locked(bool final) {
   if (!out_) return;
   auto now = std::chrono::steady_clock::now();

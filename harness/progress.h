@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <ostream>
 #include <string>
@@ -29,6 +30,10 @@ class progress_meter {
   void update(std::uint64_t done, std::uint64_t failures);
   /// Prints the final line (and ends the in-place line on a terminal).
   void finish();
+  /// Runs `write`, which prints whole lines to the meter's stream (a warning), with the meter
+  /// held still: on a terminal the in-place line is cleared first and drawn again after, so
+  /// that the two never mix.
+  void interject(const std::function<void()>& write);
   /// The text of the line for the given counts and elapsed time (no newline).
   static std::string line(std::uint64_t done, std::uint64_t failures, std::uint64_t total,
                           std::chrono::milliseconds elapsed);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <thread>
 
 namespace faultline::harness {
 namespace {
@@ -41,6 +42,29 @@ TEST(progress_meter, on_a_terminal_rewrites_one_line) {
   ASSERT_FALSE(text.empty());
   EXPECT_EQ(text.front(), '\r');
   EXPECT_EQ(text.back(), '\n');
+}
+
+TEST(progress_meter, interjected_lines_do_not_mix_with_the_line_on_a_terminal) {
+  std::ostringstream out;
+  progress_meter p(&out, true, 4);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // past the terminal's 100 ms
+  p.update(1, 0);
+  ASSERT_NE(out.str().find("faultline: 1/4 runs"), std::string::npos);
+  p.interject([&] { out << "faultline: warning: w\n"; });
+  const std::string text = out.str();
+  const auto warning = text.find("faultline: warning: w\n");
+  ASSERT_NE(warning, std::string::npos) << text;
+  // The warning starts at the beginning of a cleared line, and the progress line is drawn again.
+  EXPECT_EQ(text[warning - 1], '\r');
+  EXPECT_NE(text.find("faultline: 1/4 runs", warning), std::string::npos) << text;
+}
+
+TEST(progress_meter, interjected_lines_off_a_terminal_are_printed_as_they_are) {
+  std::ostringstream out;
+  progress_meter p(&out, false, 4, std::chrono::hours(1));
+  p.update(1, 0);
+  p.interject([&] { out << "warning\n"; });
+  EXPECT_EQ(out.str(), "warning\n");
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <csignal>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <optional>
 
 #include "harness/detail/sys.h"
 
@@ -78,6 +78,7 @@ void to_json(nlohmann::json& j, const run_record& r) {
       {"timestamp", r.timestamp},
       {"command", r.command},
   };
+  if (!r.points_reached.empty()) j["points_reached"] = r.points_reached;
 }
 
 void from_json(const nlohmann::json& j, run_record& r) {
@@ -109,6 +110,7 @@ void from_json(const nlohmann::json& j, run_record& r) {
   r.leaked_shm = j.value("leaked_shm", std::vector<std::string>{});
   r.timestamp = str("timestamp");
   r.command = j.value("command", std::vector<std::string>{});
+  r.points_reached = j.value("points_reached", std::vector<std::string>{});
 }
 
 results_writer::~results_writer() {
@@ -130,6 +132,31 @@ core::status results_writer::append(const run_record& r) {
   return detail::write_all(fd_, line, "write results");
 }
 
+namespace {
+
+// One line of a results file: blank (nullopt), a record, or the JSON error's text.
+struct parsed_line {
+  bool blank = false;
+  std::optional<run_record> record;
+  std::string error;
+};
+
+parsed_line parse_line(std::string_view line) {
+  parsed_line out;
+  if (line.find_first_not_of(" \t\r") == std::string_view::npos) {
+    out.blank = true;
+    return out;
+  }
+  try {
+    out.record = nlohmann::json::parse(line).get<run_record>();
+  } catch (const nlohmann::json::exception& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
+}  // namespace
+
 core::result<results_file> parse_results(std::string_view text) {
   results_file out;
   std::size_t pos = 0, line_no = 0;
@@ -139,33 +166,87 @@ core::result<results_file> parse_results(std::string_view text) {
     const bool last = nl == std::string_view::npos;
     std::string_view line = text.substr(pos, last ? std::string_view::npos : nl - pos);
     pos = last ? text.size() : nl + 1;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    try {
-      out.records.push_back(nlohmann::json::parse(line).get<run_record>());
-    } catch (const nlohmann::json::exception& e) {
-      // A writer killed mid-line leaves an unterminated tail: tolerated. Anything else means
-      // the file is not what we wrote.
-      if (last) {
-        out.truncated_tail = true;
-        break;
-      }
-      return core::status(core::errc::corrupt,
-                          "results line " + std::to_string(line_no) + " is malformed: " + e.what());
+    auto p = parse_line(line);
+    if (p.blank) continue;
+    if (p.record) {
+      out.records.push_back(std::move(*p.record));
+      continue;
     }
+    // A writer killed mid-line leaves an unterminated tail: tolerated. Anything else means
+    // the file is not what we wrote.
+    if (last) {
+      out.truncated_tail = true;
+      break;
+    }
+    return core::status(core::errc::corrupt, "results line " + std::to_string(line_no) + " is malformed: " + p.error);
   }
   return out;
 }
 
-core::result<results_file> read_results(const std::filesystem::path& path) {
+core::result<results_scan> scan_results(const std::filesystem::path& path, const record_visitor& visit) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     int err = errno;
     if (err == ENOENT) return core::status(core::errc::not_found, "no results file " + path.string());
     return detail::sys_error(err, "open " + path.string());
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_results(ss.str());
+  results_scan scan;
+  std::string line;
+  while (std::getline(in, line)) {
+    ++scan.lines;
+    // getline stops at end of file without having seen a newline: this is the last line, and
+    // it is unterminated.
+    const bool unterminated = in.eof();
+    const std::uint64_t size = line.size() + (unterminated ? 0 : 1);
+    auto p = parse_line(line);
+    if (!p.blank && !p.record) {
+      if (unterminated) {
+        scan.truncated_tail = true;
+        scan.torn_bytes = size;
+        break;
+      }
+      return core::status(core::errc::corrupt,
+                          path.string() + " line " + std::to_string(scan.lines) + " is malformed: " + p.error);
+    }
+    scan.valid_bytes += size;
+    scan.ends_with_newline = !unterminated;
+    if (p.record) {
+      ++scan.records;
+      if (visit) {
+        if (auto s = visit(std::move(*p.record), scan.lines); !s) return s;
+      }
+    }
+  }
+  if (in.bad()) return detail::sys_error(errno, "read " + path.string());
+  return scan;
+}
+
+core::result<results_file> read_results(const std::filesystem::path& path) {
+  results_file out;
+  auto scan = scan_results(path, [&](run_record&& r, std::uint64_t) {
+    out.records.push_back(std::move(r));
+    return core::status();
+  });
+  if (!scan) return scan.error();
+  out.truncated_tail = scan->truncated_tail;
+  return out;
+}
+
+core::result<results_scan> recover_results(const std::filesystem::path& path, const record_visitor& visit) {
+  auto scan = scan_results(path, visit);
+  if (!scan) return scan;
+  if (scan->truncated_tail && ::truncate(path.c_str(), static_cast<off_t>(scan->valid_bytes)) != 0)
+    return detail::sys_error(errno, "truncate " + path.string());
+  if (!scan->ends_with_newline) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0) return detail::sys_error(errno, "open " + path.string());
+    auto s = detail::write_all(fd, "\n", "write " + path.string());
+    ::close(fd);
+    if (!s) return s;
+    scan->ends_with_newline = true;
+    ++scan->valid_bytes;
+  }
+  return scan;
 }
 
 }  // namespace faultline::harness

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 namespace faultline::harness {
@@ -141,6 +142,123 @@ TEST(results_writer, appends_one_line_per_record_from_many_threads) {
   for (const auto& rec : r->records) seen.at(rec.run) = true;
   EXPECT_EQ(std::count(seen.begin(), seen.end(), true), 200);
   std::filesystem::remove_all(dir);
+}
+
+TEST(run_record, points_reached_round_trips_and_is_left_out_when_empty) {
+  auto a = sample(3);
+  EXPECT_FALSE(nlohmann::json(a).contains("points_reached"));
+  a.points_reached = {"exit/end", "sim/*"};
+  auto j = nlohmann::json(a);
+  EXPECT_EQ(j["points_reached"], nlohmann::json({"exit/end", "sim/*"}));
+  EXPECT_EQ(j.get<run_record>().points_reached, a.points_reached);
+}
+
+TEST(run_record, a_pruned_run_has_null_log_and_stacks) {
+  auto a = sample(3);
+  a.log.clear();
+  auto j = nlohmann::json(a);
+  EXPECT_TRUE(j["log"].is_null());
+  EXPECT_TRUE(j["stacks"].is_null());
+  auto b = j.get<run_record>();
+  EXPECT_EQ(b.log, "");
+  EXPECT_EQ(b.stacks, "");
+}
+
+class results_file_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("fl_results_file_test." + std::to_string(::getpid()) + "." +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    path_ = dir_ / "results.jsonl";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void write(const std::string& text) { std::ofstream(path_, std::ios::binary) << text; }
+  std::string text() {
+    std::ifstream in(path_, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  static std::string line(std::uint64_t run) { return nlohmann::json(sample(run)).dump() + "\n"; }
+  std::filesystem::path dir_, path_;
+};
+
+TEST_F(results_file_test, scan_hands_over_every_record_with_its_line_number) {
+  write(line(0) + "\n" + line(1) + line(2));
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> seen;  // run, line
+  auto scan = scan_results(path_, [&](run_record&& r, std::uint64_t n) {
+    seen.emplace_back(r.run, n);
+    return core::status();
+  });
+  ASSERT_TRUE(scan) << scan.error().message();
+  EXPECT_EQ(scan->records, 3u);
+  EXPECT_FALSE(scan->truncated_tail);
+  EXPECT_EQ(scan->valid_bytes, text().size());
+  EXPECT_EQ(seen, (std::vector<std::pair<std::uint64_t, std::uint64_t>>{{0, 1}, {1, 3}, {2, 4}}));
+}
+
+TEST_F(results_file_test, scan_stops_at_the_visitors_error) {
+  write(line(0) + line(1) + line(2));
+  int calls = 0;
+  auto scan = scan_results(path_, [&](run_record&&, std::uint64_t n) {
+    ++calls;
+    return n == 2 ? core::status(core::errc::invalid_argument, "not mine") : core::status();
+  });
+  ASSERT_FALSE(scan);
+  EXPECT_EQ(scan.error().message(), "not mine");
+  EXPECT_EQ(calls, 2);
+}
+
+TEST_F(results_file_test, garbage_in_the_middle_is_an_error_naming_file_and_line) {
+  write(line(0) + line(1) + "#garbage\x01{{\n" + line(3));
+  auto scan = scan_results(path_, nullptr);
+  ASSERT_FALSE(scan);
+  EXPECT_EQ(scan.code(), core::errc::corrupt);
+  EXPECT_NE(scan.error().message().find(path_.string() + " line 3"), std::string::npos) << scan.error().message();
+  // recover_results refuses it the same way and leaves the file as it was.
+  const std::string before = text();
+  EXPECT_FALSE(recover_results(path_, nullptr));
+  EXPECT_EQ(text(), before);
+  // A record with a field of the wrong type is no crash either.
+  write(line(0) + R"({"run_id": 5, "name": [], "seed": "x", "outcome": {}})" "\n" + line(2));
+  auto typed = scan_results(path_, nullptr);
+  ASSERT_FALSE(typed);
+  EXPECT_NE(typed.error().message().find("line 2"), std::string::npos);
+}
+
+TEST_F(results_file_test, recover_cuts_off_a_torn_last_line) {
+  const std::string torn = line(7);
+  write(line(5) + line(6) + torn.substr(0, torn.size() / 2));
+  std::vector<std::uint64_t> runs;
+  auto scan = recover_results(path_, [&](run_record&& r, std::uint64_t) {
+    runs.push_back(r.run);
+    return core::status();
+  });
+  ASSERT_TRUE(scan) << scan.error().message();
+  EXPECT_TRUE(scan->truncated_tail);
+  EXPECT_EQ(scan->torn_bytes, torn.size() / 2);
+  EXPECT_EQ(runs, (std::vector<std::uint64_t>{5, 6}));
+  EXPECT_EQ(text(), line(5) + line(6));
+  // Appending now gives a valid file.
+  {
+    results_writer w;
+    ASSERT_TRUE(w.open(path_));
+    ASSERT_TRUE(w.append(sample(7)));
+  }
+  auto all = read_results(path_);
+  ASSERT_TRUE(all) << all.error().message();
+  EXPECT_EQ(all->records.size(), 3u);
+  EXPECT_FALSE(all->truncated_tail);
+}
+
+TEST_F(results_file_test, recover_ends_a_complete_unterminated_last_line) {
+  const std::string last = line(1);
+  write(line(0) + last.substr(0, last.size() - 1));  // whole record, newline lost
+  auto scan = recover_results(path_, nullptr);
+  ASSERT_TRUE(scan) << scan.error().message();
+  EXPECT_FALSE(scan->truncated_tail);
+  EXPECT_EQ(scan->records, 2u);
+  EXPECT_EQ(text(), line(0) + line(1));
 }
 
 TEST(read_results, reports_a_missing_file_as_not_found) {

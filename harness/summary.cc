@@ -2,35 +2,99 @@
 
 #include <algorithm>
 
-namespace faultline::harness {
+#include "faults/spec.h"
 
-std::vector<variant_summary> summarise(const std::vector<run_record>& records, const std::vector<std::string>& names) {
+namespace faultline::harness {
+namespace {
+
+// Keeps in `slot` whichever of it and `r` has the lower run number.
+void keep_first(std::optional<run_record>& slot, const run_record& r) {
+  if (!slot || r.run < slot->run) slot = r;
+}
+
+}  // namespace
+
+std::vector<std::string> points_not_reached(const std::string& faults, const std::set<std::string>& reached) {
+  std::vector<std::string> out;
+  auto spec = faults::parse(faults);
+  if (!spec) return out;
+  for (const auto& item : spec->items)
+    if (!reached.count(item.point)) out.push_back(item.point);
+  return out;
+}
+
+summary_builder::summary_builder(std::vector<summary_key> keys) {
+  for (auto& k : keys) {
+    state st;
+    st.sum.name = k.name;
+    for (outcome o : all_outcomes) st.sum.outcomes[o] = 0;
+    st.key = std::move(k);
+    index_.emplace(st.key.name, states_.size());
+    states_.push_back(std::move(st));
+  }
+}
+
+bool summary_builder::add(const run_record& r) {
+  auto at = index_.find(r.name);
+  if (at == index_.end()) return false;
+  state& st = states_[at->second];
+  variant_summary& s = st.sum;
+  ++s.runs;
+  ++s.outcomes[r.result];
+  st.reached.insert(r.points_reached.begin(), r.points_reached.end());
+  keep_first(s.first_record, r);
+  if (r.result == outcome::pass) {
+    keep_first(s.first_pass, r);
+    return true;
+  }
+  ++s.failures;
+  keep_first(s.first_failure, r);
+  auto [it, fresh] = st.group_of.emplace(r.signature, s.signatures.size());
+  if (fresh) s.signatures.push_back({r.signature, r.result, r.when, 0, r.run_id, r.log, r.run});
+  signature_group& g = s.signatures[it->second];
+  ++g.count;
+  if (r.run < g.first_run_number) {
+    g.result = r.result;
+    g.when = r.when;
+    g.first_run = r.run_id;
+    g.first_log = r.log;
+    g.first_run_number = r.run;
+  }
+  return true;
+}
+
+std::vector<variant_summary> summary_builder::summaries() const {
   std::vector<variant_summary> out;
-  for (const auto& name : names) {
-    variant_summary s;
-    s.name = name;
-    for (outcome o : all_outcomes) s.outcomes[o] = 0;
-    std::map<std::string, std::size_t> group_of;
-    std::vector<const run_record*> mine;
-    for (const auto& r : records)
-      if (r.name == name) mine.push_back(&r);
-    std::sort(mine.begin(), mine.end(), [](auto* a, auto* b) { return a->run < b->run; });
-    for (const run_record* r : mine) {
-      ++s.runs;
-      ++s.outcomes[r->result];
-      if (r->result == outcome::pass) continue;
-      ++s.failures;
-      if (!s.first_failure) s.first_failure = *r;
-      auto [it, fresh] = group_of.emplace(r->signature, s.signatures.size());
-      if (fresh) s.signatures.push_back({r->signature, r->result, r->when, 0, r->run_id, r->log});
-      ++s.signatures[it->second].count;
-    }
-    std::stable_sort(s.signatures.begin(), s.signatures.end(),
-                     [](const signature_group& a, const signature_group& b) { return a.count > b.count; });
+  out.reserve(states_.size());
+  for (const auto& st : states_) {
+    variant_summary s = st.sum;
+    // Most frequent first; ties in the order the signatures first happened (by run number),
+    // which is what a stable sort of run-ordered records gives.
+    std::sort(s.signatures.begin(), s.signatures.end(), [](const signature_group& a, const signature_group& b) {
+      if (a.count != b.count) return a.count > b.count;
+      return a.first_run_number < b.first_run_number;
+    });
     s.rate = failure_rate(s.failures, s.runs);
+    if (!st.key.faults.empty()) s.points_never_reached = points_not_reached(st.key.faults, st.reached);
     out.push_back(std::move(s));
   }
   return out;
+}
+
+std::vector<variant_summary> summarise(const std::vector<run_record>& records, const std::vector<std::string>& names) {
+  std::vector<summary_key> keys;
+  for (const auto& name : names) {
+    summary_key k{name, ""};
+    for (const auto& r : records)
+      if (r.name == name && !r.faults.empty()) {
+        k.faults = r.faults;
+        break;
+      }
+    keys.push_back(std::move(k));
+  }
+  summary_builder b(std::move(keys));
+  for (const auto& r : records) b.add(r);
+  return b.summaries();
 }
 
 nlohmann::json to_json(const variant_summary& s) {
@@ -45,14 +109,16 @@ nlohmann::json to_json(const variant_summary& s) {
                     {"first_run", g.first_run},
                     {"log", g.first_log}});
   }
-  return {{"name", s.name},
-          {"runs", s.runs},
-          {"outcomes", outcomes},
-          {"failures", s.failures},
-          {"failure_rate", s.rate.rate},
-          {"failure_rate_lower95", s.rate.lower95},
-          {"failure_rate_upper95", s.rate.upper95},
-          {"signatures", sigs}};
+  nlohmann::json j = {{"name", s.name},
+                      {"runs", s.runs},
+                      {"outcomes", outcomes},
+                      {"failures", s.failures},
+                      {"failure_rate", s.rate.rate},
+                      {"failure_rate_lower95", s.rate.lower95},
+                      {"failure_rate_upper95", s.rate.upper95},
+                      {"signatures", sigs}};
+  if (s.points_never_reached) j["points_never_reached"] = *s.points_never_reached;
+  return j;
 }
 
 }  // namespace faultline::harness
