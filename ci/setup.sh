@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ gdb binutils libfiu-dev fiu-utils nlohmann-json3-dev libcli11-dev
+packages=(cmake ninja-build g++ gdb elfutils binutils libfiu-dev fiu-utils nlohmann-json3-dev libcli11-dev
           libgtest-dev libgmock-dev libbenchmark-dev)
 missing=()
 for p in "${packages[@]}"; do

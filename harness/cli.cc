@@ -13,6 +13,8 @@
 
 #include "faults/spec.h"
 #include "harness/campaign.h"
+#include "harness/containment.h"
+#include "harness/core_dump.h"
 #include "harness/detail/sys.h"
 #include "harness/duration.h"
 #include "harness/process.h"
@@ -49,8 +51,14 @@ subreaper, so nothing the run forks escapes. A run that hangs has the stacks of 
 its tree captured (gdb, else the in-process agent, else /proc) before the tree is terminated
 (SIGTERM, grace period, SIGKILL) and reaped. Each run is classified as pass, fail, crash, hang,
 leak or error, with a phase (run: during the work; exit: at process exit) and a signature that
-groups failures with the same cause. Every run appends one JSON line to OUT/results.jsonl; its
-output is in OUT/logs/RUN.log and its files (crash reports, stacks) in OUT/runs/RUN/.
+groups failures with the same cause. Every run appends one JSON line to OUT/results.jsonl (an
+existing file is appended to). A run that did not pass keeps its output in OUT/logs/RUN.log and its
+files (crash reports, stacks) in OUT/runs/RUN/; a passing run keeps them only while it is among the
+first 3 passes of its scenario or command (--keep), so a soak of a million passing runs stays small.
+OUT/campaign.json records the options that number the runs, for --resume.
+
+With --faults, the summary names every point pattern of the spec that no run reached (a misspelt
+point, or one the program never gets to); each run's line lists those it reached.
 
 Run k of a scenario or command gets seed S+k (FAULTLINE_SEED); the summary prints a command line
 that replays the first failure. Runs are numbered globally and sharded with --shard i/n or
@@ -75,8 +83,10 @@ status 0 only when every row is OK.)";
 struct raw_args {
   std::uint64_t repeat = 1;
   std::string timeout, grace = "1s", seed, out = "faultline-out", shard, faults, stacks = "auto";
-  unsigned jobs = 1;
-  bool json = false, until_fail = false, no_stacks = false, all = false, no_preload = false;
+  std::uint64_t jobs = 1;
+  std::string keep = "failures";
+  std::string crash = "auto";
+  bool json = false, until_fail = false, no_stacks = false, all = false, no_preload = false, resume = false;
   std::vector<std::string> env, names;
   double target_rate = 0;
   CLI::Option* repeat_opt = nullptr;
@@ -96,8 +106,13 @@ struct settings {
   std::vector<std::string> user_env;  // the --env K=V pairs, for repro lines
   std::optional<double> target_rate;
   stack_options stacks;
+  crash_capture crash = crash_capture::automatic;
   std::string faults;
   bool until_fail = false;
+  keep_policy keep = keep_policy::failures;
+  bool resume = false;
+  bool seed_given = false;    // --seed was on the command line
+  bool repeat_given = false;  // --repeat was on the command line
 };
 
 struct usage_error {
@@ -108,7 +123,8 @@ void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
   a.repeat_opt = sub->add_option("--repeat,-n", a.repeat, "runs of each scenario or command (default 1; verify: 50; with --until-fail: 10000)")
                      ->check(positive_count);
   sub->add_option("--timeout", a.timeout, "outer timeout of each run, e.g. 500ms, 30s, 2m");
-  sub->add_option("--jobs,-j", a.jobs, "runs at once (default 1)")->check(positive_count);
+  sub->add_option("--jobs,-j", a.jobs, "runs at once (default 1; at most 1024; never more than there are runs)")
+      ->check(positive_count);
   sub->add_option("--seed", a.seed, "base seed S: run k gets S+k (default: from the clock, printed)");
   sub->add_option("--out,-o", a.out, "output directory (default faultline-out)");
   sub->add_flag("--json", a.json, "print one JSON summary object per line to stdout");
@@ -116,11 +132,44 @@ void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
   sub->add_option("--env", a.env, "set K=V in every run's environment (repeatable)")->allow_extra_args(false);
   a.target_opt = sub->add_option("--target-rate", a.target_rate, "report the runs still needed to claim a failure rate <= P at 95%");
   sub->add_flag("--no-stacks", a.no_stacks, "do not capture stacks of hung runs");
-  sub->add_option("--stacks", a.stacks, "stack capture: auto (gdb, else agent, else /proc), gdb, agent, proc, none");
+  sub->add_option("--stacks", a.stacks, "stack capture: auto (gdb, else eu-stack, else agent, else /proc), gdb, eu-stack, agent, proc, none");
   sub->add_option("--grace", a.grace, "time between SIGTERM and SIGKILL when ending a run (default 1s)");
+  sub->add_option("--crash-capture", a.crash,
+                  "how a crash is captured: auto (default: every thread's stack from the kernel's core dump where "
+                  "gdb can read one, else the signal and phase only; neither changes the program's timing), core, "
+                  "none; or, perturbing exit races (a signal handler runs in the crashing process): outside (it "
+                  "stops there and its whole tree is captured live), minimal (faulting frame only), inside (the "
+                  "crashing thread unwinds itself)");
+  sub->add_option("--keep", a.keep,
+                  "whose log and run directory stay once recorded: failures (default: every run that did not pass, "
+                  "and the first 3 passes of each scenario or command), all, none (no pass)");
   if (with_faults) {
     sub->add_option("--faults", a.faults, "fault spec given to every run as FAULTLINE_FAULTS");
     sub->add_flag("--until-fail", a.until_fail, "stop starting runs after the first failure");
+    sub->add_flag("--resume", a.resume,
+                  "continue the campaign in --out: runs already in its results.jsonl are counted, not run again "
+                  "(--seed and --repeat default to the campaign's; other options that number the runs must match)");
+  }
+}
+
+// The preloaded agent's own points (exit/start, exit/end) act at process exit: only off, delay,
+// abort, kill and print mean anything there (preload.cc). Anything else is refused up front
+// rather than silently ignored.
+void check_exit_points(const faults::spec& spec) {
+  for (const auto& item : spec.items) {
+    const std::string_view prefix = item.prefix();
+    const bool covers = item.is_wildcard() ? (std::string_view("exit/start").starts_with(prefix) ||
+                                              std::string_view("exit/end").starts_with(prefix))
+                                           : (item.point == "exit/start" || item.point == "exit/end");
+    if (!covers) continue;
+    for (const auto& t : item.terms) {
+      using faults::action_kind;
+      const action_kind k = t.action.kind;
+      if (k != action_kind::off && k != action_kind::delay && k != action_kind::abort && k != action_kind::kill &&
+          k != action_kind::print)
+        throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill or print, not " +
+                          std::string(faults::to_string(k))};
+    }
   }
 }
 
@@ -136,7 +185,15 @@ settings resolve(const raw_args& a, std::uint64_t default_repeat) {
   auto g = parse_duration(a.grace);
   if (!g) throw usage_error{"--grace: " + g.error().message()};
   s.grace = *g;
-  s.jobs = a.jobs;
+  if (a.jobs > max_jobs)
+    throw usage_error{"--jobs " + std::to_string(a.jobs) + ": at most " + std::to_string(max_jobs) + " runs at once"};
+  s.jobs = static_cast<unsigned>(a.jobs);
+  auto keep = keep_policy_from_string(a.keep);
+  if (!keep) throw usage_error{"--keep '" + a.keep + "': expected failures, all or none"};
+  s.keep = *keep;
+  s.resume = a.resume;
+  s.seed_given = !a.seed.empty();
+  s.repeat_given = a.repeat_opt->count() > 0;
   if (!a.seed.empty()) {
     auto [p, ec] = std::from_chars(a.seed.data(), a.seed.data() + a.seed.size(), s.seed);
     if (ec != std::errc() || p != a.seed.data() + a.seed.size())
@@ -165,7 +222,14 @@ settings resolve(const raw_args& a, std::uint64_t default_repeat) {
   s.stacks.method = a.no_stacks ? stack_method::none : *method;
   // A malformed spec is refused here, once, with its column: otherwise every run would start
   // only to fail the same way.
-  if (auto parsed = faults::parse(a.faults); !parsed) throw usage_error{"--faults: " + parsed.error().message()};
+  if (auto parsed = faults::parse(a.faults); !parsed) {
+    throw usage_error{"--faults: " + parsed.error().message()};
+  } else {
+    check_exit_points(*parsed);
+  }
+  auto crash = crash_capture_from_string(a.crash);
+  if (!crash) throw usage_error{"--crash-capture '" + a.crash + "': expected auto, core, none, outside, minimal or inside"};
+  s.crash = *crash;
   s.faults = a.faults;
   s.until_fail = a.until_fail;
 
@@ -183,6 +247,17 @@ settings resolve(const raw_args& a, std::uint64_t default_repeat) {
     s.user_env.push_back(kv);
   }
   return s;
+}
+
+// A resumed campaign goes on with the seed and repeat count it was started with unless they are
+// given again (run_campaign refuses other values, and any other change that renumbers runs).
+void adopt_resumed_options(settings& s) {
+  if (!s.resume) return;
+  auto m = read_manifest(s.out);
+  if (!m) throw usage_error{"--resume: " + m.error().message()};
+  if (!*m) return;
+  if (!s.seed_given) s.seed = (*m)->seed;
+  if (!s.repeat_given) s.repeat = (*m)->repeat;
 }
 
 // gtest's protocol: a runner that supports sharding says so by touching this file.
@@ -218,19 +293,46 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, con
   o.out_dir = s.out;
   o.grace = s.grace;
   o.stacks = s.stacks;
+  o.crash = s.crash;
   o.env = s.env;
   o.progress = &ctx.err;
   o.progress_tty = ctx.err_tty;
   o.cancel = ctx.cancel;
-  ctx.err << "faultline: seed " << s.seed << ", " << s.repeat << (s.repeat == 1 ? " run" : " runs") << " of "
+  o.keep = s.keep;
+  o.resume = s.resume;
+  o.warn = [&ctx](const std::string& text) { ctx.err << "faultline: warning: " << text << "\n"; };
+  ctx.err << "faultline: " << (s.resume ? "resuming, " : "") << "seed " << s.seed << ", " << s.repeat
+          << (s.repeat == 1 ? " run" : " runs") << " of "
           << variants.size() << (variants.size() == 1 ? " variant" : " variants")
           << (s.part.count > 1 ? ", shard " + s.part.to_string() : std::string()) << ", results in "
           << (s.out / "results.jsonl").string() << "\n";
+  {
+    std::string why;
+    const bool in_run_dir = !variants.empty() && variants.front().in_run_dir;
+    const crash_capture used = resolve_crash_capture(s.crash, &why, in_run_dir ? fs::absolute(s.out / "runs") : fs::path());
+    ctx.err << "faultline: containment " << containment_summary() << "\n";
+    ctx.err << "faultline: crash capture " << to_string(used);
+    if (used == crash_capture::core) ctx.err << " (gdb reads each crash's core dump)";
+    if (used == crash_capture::core && !in_run_dir && s.jobs > 1 && !core_names_are_unique())
+      ctx.err << " (core_pattern names one core file per directory: crashes of runs at the same moment overwrite"
+                 " each other's core and those runs are named by their signal alone; sysctl"
+                 " kernel.core_uses_pid=1 keeps every core)";
+    if (!why.empty()) ctx.err << " (" << why << ")";
+    if (used == crash_capture::none && s.crash == crash_capture::automatic)
+      ctx.err << "; --crash-capture outside takes stacks but changes how exit races end";
+    if (used == crash_capture::outside || used == crash_capture::minimal || used == crash_capture::inside)
+      ctx.err << ": a signal handler runs in the crashing process, which changes how exit races end";
+    ctx.err << "\n";
+  }
   acknowledge_sharding();
   auto r = run_campaign(o);
   if (!r) {
     ctx.err << "faultline: error: " << r.error().message() << "\n";
     return std::nullopt;
+  }
+  if (r->resumed) {
+    ctx.err << "faultline: " << r->resumed << (r->resumed == 1 ? " run was" : " runs were")
+            << " already recorded, " << r->performed << " performed now\n";
   }
   if (!r->stray_pids.empty()) {
     ctx.err << "faultline: warning: killed " << r->stray_pids.size() << " process(es) no run could be attributed:";
@@ -257,6 +359,12 @@ nlohmann::json summary_json(const variant_summary& v, const settings& s, const s
   return j;
 }
 
+std::string points_warning(const std::vector<std::string>& points) {
+  std::string text = "warning: enabled fault points never reached in any run: ";
+  for (std::size_t i = 0; i < points.size(); ++i) text += (i ? ", " : "") + points[i];
+  return text + " (a misspelt point, or every run ended before it got there)";
+}
+
 void print_human(const variant_summary& v, const settings& s, const std::string& repro, const painter& paint,
                  std::ostream& out) {
   out << v.name << ": " << v.runs << (v.runs == 1 ? " run" : " runs");
@@ -269,6 +377,7 @@ void print_human(const variant_summary& v, const settings& s, const std::string&
     out << "  " << g.count << "x " << to_string(g.result) << (g.when == phase::none ? "" : "/" + std::string(to_string(g.when)))
         << "  " << g.signature << "\n      first: " << g.first_run << "  " << (s.out / g.first_log).string() << "\n";
   }
+  if (v.points_never_reached && !v.points_never_reached->empty()) out << "  " << points_warning(*v.points_never_reached) << "\n";
   if (!repro.empty()) out << "  repro: " << repro << "\n";
   if (s.target_rate) {
     auto n = runs_to_claim(v.failures, *s.target_rate);
@@ -292,11 +401,9 @@ int report_runs(const std::vector<variant>& variants, const settings& s, cli_con
                 const std::function<std::string(const run_record&)>& repro) {
   auto r = perform(variants, s, ctx);
   if (!r) return exit_usage;
-  std::vector<std::string> names;
-  for (const auto& v : variants) names.push_back(v.name);
   painter paint{ctx.out_tty && !std::getenv("NO_COLOR")};
   bool all_pass = r->stray_pids.empty() && r->stray_shm.empty();
-  for (const auto& v : summarise(r->records, names)) {
+  for (const auto& v : r->summaries) {
     std::string rp = v.first_failure ? repro(*v.first_failure) : std::string();
     if (s.json) ctx.out << summary_json(v, s, rp).dump() << "\n";
     else print_human(v, s, rp, paint, ctx.out);
@@ -336,12 +443,13 @@ int cmd_list(bool json, cli_context& ctx) {
 int cmd_run(const raw_args& a, cli_context& ctx) {
   if (a.all == !a.names.empty()) throw usage_error{a.all ? "give scenario names or --all, not both" : "name at least one SCENARIO, or --all"};
   settings s = resolve(a, 1);
+  adopt_resumed_options(s);
   auto chosen = catalog_for(a.names, a.all);
   if (!chosen) throw usage_error{chosen.error().message()};
   const std::string bin = scenario_binary().string();
   std::vector<variant> variants;
   for (const auto& sc : *chosen)
-    variants.push_back({sc.name, {bin, "run", sc.name}, s.faults, s.timeout.value_or(sc.timeout), {}, false});
+    variants.push_back({sc.name, {bin, "run", sc.name}, s.faults, s.timeout.value_or(sc.timeout), {}, false, true});
   return report_runs(variants, s, ctx, [&](const run_record& r) {
     return "faultline run " + detail::shell_quote(r.name) + repro_flags(r, s);
   });
@@ -351,6 +459,7 @@ int cmd_exec(const raw_args& a, std::vector<std::string> cmd, cli_context& ctx) 
   if (!cmd.empty() && cmd.front() == "--") cmd.erase(cmd.begin());
   if (cmd.empty()) throw usage_error{"no command: faultline exec [OPTIONS] -- CMD [ARGS...]"};
   settings s = resolve(a, 1);
+  adopt_resumed_options(s);
   variant v;
   v.name = fs::path(cmd[0]).filename().string();
   v.argv = cmd;
@@ -386,18 +495,16 @@ int cmd_verify(const raw_args& a, cli_context& ctx) {
   std::vector<row> rows;
   for (const auto& sc : *chosen) {
     auto timeout = s.timeout.value_or(sc.timeout);
-    variants.push_back({sc.name, {bin, "run", sc.name}, "", timeout, {}, false});
+    variants.push_back({sc.name, {bin, "run", sc.name}, "", timeout, {}, false, true});
     rows.push_back({sc.name, "clean", true, 0.0});
     for (const auto& b : sc.bug_points) {
-      variants.push_back({sc.name + "@" + b.point, {bin, "run", sc.name}, b.faults, timeout, {}, false});
+      variants.push_back({sc.name + "@" + b.point, {bin, "run", sc.name}, b.faults, timeout, {}, false, true});
       rows.push_back({sc.name, b.point, false, b.detect_rate});
     }
   }
   auto r = perform(variants, s, ctx);
   if (!r) return exit_usage;
-  std::vector<std::string> names;
-  for (const auto& v : variants) names.push_back(v.name);
-  auto sums = summarise(r->records, names);
+  const auto& sums = r->summaries;
   painter paint{ctx.out_tty && !std::getenv("NO_COLOR")};
 
   bool all_ok = r->stray_pids.empty() && r->stray_shm.empty();
@@ -414,9 +521,7 @@ int cmd_verify(const raw_args& a, cli_context& ctx) {
     if (rw.clean && v.first_failure) rp = "faultline run " + detail::shell_quote(rw.scenario) + repro_flags(*v.first_failure, s);
     if (!rw.clean && v.runs) {
       // Replay of the bug variant: the first run that did not detect it, or the first run.
-      const run_record* pick = nullptr;
-      for (const auto& rec : r->records)
-        if (rec.name == v.name && (!pick || (rec.result == outcome::pass && pick->result != outcome::pass))) pick = &rec;
+      const auto& pick = v.first_pass ? v.first_pass : v.first_record;
       if (pick) rp = "faultline run " + detail::shell_quote(rw.scenario) + repro_flags(*pick, s);
     }
     if (s.json) {
@@ -449,6 +554,9 @@ int cmd_verify(const raw_args& a, cli_context& ctx) {
       }
       ctx.out << text << "\n";
     }
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (sums[i].points_never_reached && !sums[i].points_never_reached->empty())
+        ctx.out << rows[i].scenario << " " << rows[i].variant_label << ": " << points_warning(*sums[i].points_never_reached) << "\n";
     ctx.out << (all_ok ? "verify: all checks hold\n" : "verify: some checks FAILED\n");
   }
   ctx.out.flush();

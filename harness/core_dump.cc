@@ -57,6 +57,41 @@ std::string enable_core_capture() {
   return why_not;
 }
 
+bool core_names_are_unique() {
+  auto pattern = detail::read_file("/proc/sys/kernel/core_pattern", 4096);
+  auto uses_pid = detail::read_file("/proc/sys/kernel/core_uses_pid", 64);
+  if (uses_pid && trimmed(*uses_pid) == "1") return true;
+  if (!pattern) return false;
+  for (const char* spec : {"%p", "%P", "%i", "%I", "%t"})
+    if (pattern->find(spec) != std::string::npos) return true;
+  return false;
+}
+
+std::string core_destination_problem(const fs::path& cwd) {
+  auto pattern_text = detail::read_file("/proc/sys/kernel/core_pattern", 4096);
+  if (!pattern_text) return "cannot read /proc/sys/kernel/core_pattern";
+  const std::string pattern = trimmed(*pattern_text);
+  if (pattern.empty() || pattern[0] == '|') return {};  // enable_core_capture says why
+  const fs::path target = fs::path(pattern).is_absolute() ? fs::path(pattern) : cwd / pattern;
+  // The directory part must exist and be writable; specifiers there cannot be checked ahead.
+  const fs::path dir = target.parent_path();
+  if (dir.string().find('%') == std::string::npos) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) return "core_pattern '" + pattern + "' puts cores in " + dir.string() + ", which is not a directory";
+    if (::access(dir.c_str(), W_OK) != 0) return "cores would go to " + dir.string() + ", which is not writable";
+  }
+  // A fixed file name that is a directory here ("core" in a source tree with a core/ folder).
+  auto uses_pid = detail::read_file("/proc/sys/kernel/core_uses_pid", 64);
+  const bool pid_appended = uses_pid && trimmed(*uses_pid) == "1";
+  if (pattern.find('%') == std::string::npos && !pid_appended) {
+    std::error_code ec;
+    if (fs::is_directory(target, ec))
+      return target.string() + " is a directory, so the kernel cannot write a core there (core_pattern '" + pattern +
+             "'); run from another directory";
+  }
+  return {};
+}
+
 std::string core_glob(const std::string& pattern, bool uses_pid, const fs::path& cwd) {
   std::string out;
   bool has_pid = false;
@@ -95,6 +130,24 @@ core_info parse_core_info(const std::string& text) {
     } else if (auto c = line.find("[Current thread is "); c != std::string::npos) {
       if (auto lwp = line.find("LWP ", c); lwp != std::string::npos)
         info.thread = static_cast<pid_t>(std::strtol(line.c_str() + lwp + 4, nullptr, 10));
+    }
+  }
+  if (info.thread == 0) {
+    // No "[Current thread is ...]" (gdb omits it for a single thread): the faulting thread's
+    // frame #0 is printed once before the threads, and again as the first frame of its thread.
+    const auto threads_at = text.find("\nThread ");
+    const auto first = text.find("\n#0 ");
+    if (threads_at != std::string::npos && first != std::string::npos && first < threads_at) {
+      const std::string frame = text.substr(first + 1, text.find('\n', first + 1) - first - 1);
+      for (auto at = threads_at; at != std::string::npos; at = text.find("\nThread ", at + 1)) {
+        const auto eol = text.find('\n', at + 1);
+        if (eol == std::string::npos) break;
+        const std::string header = text.substr(at + 1, eol - at - 1);
+        if (text.compare(eol + 1, frame.size(), frame) != 0) continue;
+        if (auto lwp = header.find("LWP "); lwp != std::string::npos)
+          info.thread = static_cast<pid_t>(std::strtol(header.c_str() + lwp + 4, nullptr, 10));
+        break;
+      }
     }
   }
   return info;

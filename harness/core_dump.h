@@ -40,6 +40,14 @@ namespace faultline::harness {
 /// Idempotent: the answer of the first call is kept.
 std::string enable_core_capture();
 
+/// Why a process with working directory `cwd` could not have its core written where core_pattern
+/// says ("" when it can, as far as can be told ahead): the pattern's directory is missing or not
+/// writable, or its fixed file name is a directory there ("./core" in a tree with a core/ folder).
+std::string core_destination_problem(const std::filesystem::path& cwd);
+
+/// Whether core_pattern (with core_uses_pid) gives each process's core its own name (%p, %P, %t...).
+bool core_names_are_unique();
+
 /// The glob of the files a core written by a process with working directory `cwd` may have, from
 /// `pattern` (core_pattern's text) and `uses_pid` (core_uses_pid): "%p" and every other
 /// specifier become '*', "%%" a '%'; a relative pattern is taken against `cwd`.

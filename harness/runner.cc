@@ -78,9 +78,9 @@ bool wait_stopped(pid_t pid, std::chrono::milliseconds bound) {
   }
 }
 
-// Reads the crash records available on the channel: the pids that reported a crash.
-std::vector<pid_t> read_crash_records(crash_channel& ch) {
-  std::vector<pid_t> pids;
+// Reads the crash records available on the channel: the processes and threads that crashed.
+std::vector<faulted_thread> read_crash_records(crash_channel& ch) {
+  std::vector<faulted_thread> pids;
   char buf[512];
   for (;;) {
     ssize_t n = ::read(ch.read_fd, buf, sizeof buf);
@@ -94,7 +94,8 @@ std::vector<pid_t> read_crash_records(crash_channel& ch) {
     ch.pending.erase(0, nl + 1);
     std::string word;
     long pid = 0, tid = 0, sig = 0;
-    if (line >> word >> pid >> tid >> sig && word == "crash" && pid > 0) pids.push_back(static_cast<pid_t>(pid));
+    if (line >> word >> pid >> tid >> sig && word == "crash" && pid > 0)
+      pids.push_back({static_cast<pid_t>(pid), static_cast<pid_t>(tid)});
   }
   return pids;
 }
@@ -120,16 +121,18 @@ std::optional<crash_capture> crash_capture_from_string(std::string_view s) noexc
   return std::nullopt;
 }
 
-crash_capture resolve_crash_capture(crash_capture requested, std::string* why) {
+crash_capture resolve_crash_capture(crash_capture requested, std::string* why, const fs::path& cwd) {
   if (why) why->clear();
   if (requested == crash_capture::automatic || requested == crash_capture::core) {
-    const std::string no_cores = enable_core_capture();
+    std::error_code ec;
+    std::string no_cores = enable_core_capture();
+    if (no_cores.empty()) no_cores = core_destination_problem(cwd.empty() ? fs::current_path(ec) : cwd);
     if (no_cores.empty()) return crash_capture::core;
     if (why) *why = no_cores;
     return crash_capture::none;
   }
-  if (requested == crash_capture::outside && !gdb_available()) {
-    if (why) *why = "gdb is not installed";
+  if (requested == crash_capture::outside && !outside_capture_available()) {
+    if (why) *why = "neither gdb nor eu-stack is installed";
     return crash_capture::minimal;
   }
   return requested;
@@ -170,8 +173,10 @@ run_report run_once(const run_request& rq) {
   set_env(env, "TEST_PREMATURE_EXIT_FILE", fs::absolute(rq.run_dir / premature_exit_file).string());
   if (rq.gtest_output && !get_env(env, "GTEST_OUTPUT"))
     set_env(env, "GTEST_OUTPUT", "xml:" + fs::absolute(rq.run_dir / gtest_xml_file).string());
+  std::error_code cwd_ec;
+  const fs::path run_cwd = rq.in_run_dir ? fs::absolute(rq.run_dir) : fs::current_path(cwd_ec);
   crash_channel channel;
-  const crash_capture capture = get_env(env, agent::crash_mode_env) ? crash_capture::none : resolve_crash_capture(rq.crash);
+  const crash_capture capture = get_env(env, agent::crash_mode_env) ? crash_capture::none : resolve_crash_capture(rq.crash, nullptr, run_cwd);
   if (!get_env(env, agent::crash_mode_env)) {
     switch (capture) {
       case crash_capture::outside: {
@@ -203,6 +208,8 @@ run_report run_once(const run_request& rq) {
   so.argv = rq.argv;
   so.envp = std::move(env);
   so.stdout_fd = log_fd;
+  if (rq.in_run_dir) so.cwd = run_cwd.string();
+  so.contain = true;  // the run's tree ends with the harness, however it ends (containment.h)
   if (channel.write_fd >= 0) so.keep_fds.push_back(channel.write_fd);
   const auto start = clock::now();
   auto spawned = spawn(so);
@@ -236,15 +243,15 @@ run_report run_once(const run_request& rq) {
     if (woke < 0 && errno != EINTR) woke = 1;  // a pidfd that cannot be polled: treat as gone
     if (woke > 0 && waits[1].revents != 0) {
       const auto paused = clock::now();
-      for (pid_t pid : read_crash_records(channel)) {
+      for (const faulted_thread& crashed : read_crash_records(channel)) {
         // Stopped by its own SIGSTOP: capture everything from outside, then let it die.
-        if (!wait_stopped(pid, std::chrono::seconds(2))) continue;
+        if (!wait_stopped(crashed.pid, std::chrono::seconds(2))) continue;
         tree.refresh();
         const auto out = rq.run_dir / agent::crash_stacks_file;
-        stack_options so_stacks = rq.stacks;
-        so_stacks.method = stack_method::gdb;
-        if (capture_stacks(tree.alive(), rq.run_dir, out, so_stacks)) crash_stacks = out;
-        ::kill(pid, SIGCONT);
+        stack_options outside = rq.stacks;
+        outside.method = stack_method::automatic;
+        if (capture_stacks_outside(tree.alive(), out, outside, crashed)) crash_stacks = out;
+        ::kill(crashed.pid, SIGCONT);
       }
       if (waits[1].revents & (POLLHUP | POLLERR)) {
         ::close(channel.read_fd);  // every writer is gone: stop polling it
@@ -296,7 +303,7 @@ run_report run_once(const run_request& rq) {
     // The kernel's core of the crashed process: every thread, frozen at the fault.
     const auto out = rq.run_dir / agent::crash_stacks_file;
     std::error_code ec;
-    if (capture_core(tree.pids(), fs::current_path(ec), rep.started, out)) crash_stacks = out;
+    if (capture_core(tree.pids(), run_cwd, rep.started, out)) crash_stacks = out;
   }
   ev.crash_stacks_path = crash_stacks;
   tree.reap();

@@ -59,9 +59,11 @@ std::string_view to_string(crash_capture c) noexcept;
 std::optional<crash_capture> crash_capture_from_string(std::string_view s) noexcept;
 
 /// What a request becomes on this machine: automatic and core become core where cores can be
-/// read (enable_core_capture()), else none; outside becomes minimal without gdb. `why`, when
+/// read (enable_core_capture()), else none; outside becomes minimal without gdb or eu-stack. `why`, when
 /// given, receives the reason for a downgrade ("" when there was none).
-crash_capture resolve_crash_capture(crash_capture requested, std::string* why = nullptr);
+/// `cwd`: where the runs will be (core files land there); empty: the harness's directory.
+crash_capture resolve_crash_capture(crash_capture requested, std::string* why = nullptr,
+                                    const std::filesystem::path& cwd = {});
 
 /// One run to perform.
 struct run_request {
@@ -74,6 +76,7 @@ struct run_request {
   std::chrono::milliseconds leak_settle{200};   ///< survivors get this long to exit on their own
   stack_options stacks;                   ///< how to capture a hang's stacks (method none: skip)
   bool gtest_output = false;              ///< set GTEST_OUTPUT=xml:RUNDIR/gtest.xml unless env has one
+  bool in_run_dir = false;                ///< run in run_dir (else in the harness's directory)
   bool check_shm = true;                  ///< attribute new /dev/shm/faultline* entries to this run
   const std::atomic<bool>* cancel = nullptr;  ///< when it becomes true: kill the run, no stacks
   crash_capture crash = crash_capture::automatic;  ///< unless env sets FAULTLINE_AGENT_CRASH
