@@ -107,6 +107,7 @@ struct settings {
   std::optional<double> target_rate;
   stack_options stacks;
   crash_capture crash = crash_capture::automatic;
+  std::string crash_used;  // what the campaign used (crash resolved on this machine)
   std::string faults;
   bool until_fail = false;
   keep_policy keep = keep_policy::failures;
@@ -282,7 +283,7 @@ struct painter {
 
 // Runs the campaign, warning about anything the final sweep had to clean up. Returns the
 // campaign result, or nullopt after printing why it could not run.
-std::optional<campaign_result> perform(const std::vector<variant>& variants, const settings& s, cli_context& ctx) {
+std::optional<campaign_result> perform(const std::vector<variant>& variants, settings& s, cli_context& ctx) {
   campaign_options o;
   o.variants = variants;
   o.repeat = s.repeat;
@@ -311,6 +312,7 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, con
     const bool in_run_dir = !variants.empty() && variants.front().in_run_dir;
     const crash_capture used = resolve_crash_capture(s.crash, &why, in_run_dir ? fs::absolute(s.out / "runs") : fs::path());
     ctx.err << "faultline: containment " << containment_summary() << "\n";
+    s.crash_used = to_string(used);
     ctx.err << "faultline: crash capture " << to_string(used);
     if (used == crash_capture::core) ctx.err << " (gdb reads each crash's core dump)";
     if (used == crash_capture::core && !in_run_dir && s.jobs > 1 && !core_names_are_unique())
@@ -351,6 +353,8 @@ nlohmann::json summary_json(const variant_summary& v, const settings& s, const s
   auto j = to_json(v);
   j["repro"] = repro.empty() ? nlohmann::json(nullptr) : nlohmann::json(repro);
   j["seed"] = s.seed;
+  j["containment"] = containment().summary;
+  j["crash_capture"] = s.crash_used;
   if (s.target_rate) {
     auto n = runs_to_claim(v.failures, *s.target_rate);
     j["target_rate"] = *s.target_rate;
@@ -397,7 +401,7 @@ std::string repro_flags(const run_record& r, const settings& s) {
   return cmd;
 }
 
-int report_runs(const std::vector<variant>& variants, const settings& s, cli_context& ctx,
+int report_runs(const std::vector<variant>& variants, settings& s, cli_context& ctx,
                 const std::function<std::string(const run_record&)>& repro) {
   auto r = perform(variants, s, ctx);
   if (!r) return exit_usage;

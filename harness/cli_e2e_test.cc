@@ -89,6 +89,8 @@ TEST_F(cli_e2e, exec_json_summary_has_the_contract_fields_and_a_replay_line) {
   EXPECT_EQ(j["signatures"][0]["phase"], "run");
   EXPECT_EQ(j["signatures"][0]["first_run"], "fl_testdata_fail.s7");
   EXPECT_EQ(j["seed"], 7);
+  EXPECT_FALSE(j["containment"].get<std::string>().empty());  // which containment held the runs
+  EXPECT_TRUE(j["crash_capture"] == "core" || j["crash_capture"] == "none") << j["crash_capture"];
   EXPECT_TRUE(j["runs_needed"].is_number());
   const std::string repro = j["repro"];
   EXPECT_NE(repro.find("faultline exec --seed 7 --repeat 1"), std::string::npos) << repro;
