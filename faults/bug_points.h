@@ -40,6 +40,21 @@ inline constexpr bug_point_info bug_point_catalog[] = {
     {"bug/alloc/no-epoch-guard",
      "a pool keeps using streams, events and memory of a device context that was reset "
      "(no context-epoch check)"},
+    {"bug/accounting/stale-deadline",
+     "the lock's deadline is computed once before the retry loop, so every later wait times out "
+     "at once, and after the bound the lock is forced: two processes hold it"},
+    {"bug/accounting/locking-exit-handler",
+     "the exit handler takes the region's lock, so processes exiting together queue on it (or "
+     "deadlock on a holder that died)"},
+    {"bug/accounting/no-seqlock", "slot counters are written without the seqlock: readers accept torn values"},
+    {"bug/accounting/no-writer-exclusion",
+     "the seqlock has no writer exclusion: two writer threads on one slot interleave their updates"},
+    {"bug/accounting/unbounded-reader",
+     "a reader spins forever on a slot left mid-update by a writer that died"},
+    {"bug/accounting/pid-only-liveness",
+     "a slot's owner is judged alive by its pid alone, so a reused pid keeps a dead slot"},
+    {"bug/accounting/query-under-lock",
+     "the utilisation watcher runs its slow device query while holding the region's lock"},
 };
 
 /// Every bug point, in catalog order.

@@ -1,0 +1,144 @@
+// Costs of the shared accounting region (DESIGN.md §3.3), each on its own region file in /dev/shm:
+//
+//   charge_release        one uncontended charge + release pair: two seqlock write sections and
+//                         two atomic adds on the aggregate, no lock
+//   slots_sum/64          one consistent read of one device over 64 live slots (each slot read
+//                         under its seqlock)
+//   lock_recovery         from SIGKILL of a process that holds the lock to the next locker holding
+//                         it, repair included (robust mutex, EOWNERDEAD); manual time
+//
+//   accounting_bench --benchmark_filter=charge
+#include <benchmark/benchmark.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "core/accounting/detail/layout.h"
+#include "core/accounting/detail/process_identity.h"
+#include "core/accounting/region.h"
+#include "core/host_ids.h"
+
+namespace {
+
+namespace acct = faultline::accounting;
+
+std::string bench_path(const char* name) {
+  return "/dev/shm/faultline-acct-bench-" + std::to_string(getpid()) + "-" + name;
+}
+
+std::unique_ptr<acct::region> open_fresh(const std::string& path, std::uint32_t max_slots) {
+  ::unlink(path.c_str());
+  acct::options o;
+  o.devices = 1;
+  o.max_slots = max_slots;
+  o.exit_handlers = false;
+  auto r = acct::region::create_or_attach(path, o);
+  if (!r) {
+    std::fprintf(stderr, "accounting_bench: %s\n", r.error().to_string().c_str());
+    return nullptr;
+  }
+  return std::move(*r);
+}
+
+void charge_release(benchmark::State& state) {
+  const std::string path = bench_path("charge");
+  auto r = open_fresh(path, 64);
+  if (!r || !r->register_process()) {
+    state.SkipWithError("cannot create the region");
+    return;
+  }
+  for (auto _ : state) {
+    auto a = r->charge(0, acct::kind::data, 4096);
+    auto b = r->release(0, acct::kind::data, 4096);
+    benchmark::DoNotOptimize(a);
+    benchmark::DoNotOptimize(b);
+  }
+  r.reset();
+  ::unlink(path.c_str());
+}
+BENCHMARK(charge_release);
+
+void slots_sum(benchmark::State& state) {
+  const auto slots = static_cast<std::uint32_t>(state.range(0));
+  const std::string path = bench_path("sum");
+  auto r = open_fresh(path, slots);
+  if (!r || !r->register_process()) {
+    state.SkipWithError("cannot create the region");
+    return;
+  }
+  (void)r->charge(0, acct::kind::data, 4096);
+  // Fill the other slots as live ones (this process's identity), each with its own usage.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  const std::size_t bytes = acct::detail::region_bytes(slots);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  auto* h = static_cast<acct::detail::header*>(p);
+  for (std::uint32_t i = 1; i < slots; ++i) {
+    auto* s = acct::detail::slot_at(h, i);
+    s->start_time.store(acct::detail::self_start_time());
+    s->counters[0][acct::detail::c_total].store(i);
+    s->counters[0][acct::detail::c_data].store(i);
+    h->aggregate[0].fetch_add(i);
+    s->pid.store(faultline::core::host_pid());
+  }
+  for (auto _ : state) {
+    auto sum = r->slots_sum(0);
+    benchmark::DoNotOptimize(sum);
+  }
+  ::munmap(p, bytes);
+  r.reset();
+  ::unlink(path.c_str());
+}
+BENCHMARK(slots_sum)->Arg(64);
+
+void lock_recovery(benchmark::State& state) {
+  const std::string path = bench_path("recovery");
+  auto r = open_fresh(path, 64);
+  if (!r) {
+    state.SkipWithError("cannot create the region");
+    return;
+  }
+  for (auto _ : state) {
+    int ready[2];
+    if (::pipe(ready) != 0) {
+      state.SkipWithError("pipe");
+      break;
+    }
+    // No device runtime and no other thread here, so a plain fork is safe.
+    const pid_t child = ::fork();
+    if (child == 0) {
+      auto g = r->lock();
+      char c = g ? 'y' : 'n';
+      (void)!::write(ready[1], &c, 1);
+      ::pause();
+      ::_exit(0);
+    }
+    char c = 0;
+    (void)!::read(ready[0], &c, 1);
+    ::close(ready[0]);
+    ::close(ready[1]);
+    const auto t0 = std::chrono::steady_clock::now();
+    ::kill(child, SIGKILL);
+    auto g = r->lock();
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!g || !g->repaired()) state.SkipWithError("the lock was not recovered");
+    g = acct::region::lock_guard{};
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    int ws = 0;
+    ::waitpid(child, &ws, 0);
+  }
+  r.reset();
+  ::unlink(path.c_str());
+}
+BENCHMARK(lock_recovery)->UseManualTime()->Iterations(50)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,1175 @@
+#include "core/accounting/region.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include "core/accounting/detail/layout.h"
+#include "core/accounting/detail/process_identity.h"
+#include "faults/points/point.h"
+
+namespace faultline::accounting {
+
+namespace {
+
+using detail::header;
+using detail::slot;
+using clock_type = std::chrono::steady_clock;
+
+static_assert(max_devices == detail::layout_max_devices);
+static_assert(max_slots_limit == detail::layout_max_slots);
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+std::uint32_t part_index(kind k) noexcept {
+  switch (k) {
+    case kind::context: return detail::c_context;
+    case kind::module: return detail::c_module;
+    case kind::data: return detail::c_data;
+  }
+  return detail::c_data;
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%016" PRIx64, v);
+  return buf;
+}
+
+std::string where(const std::string& path) { return "accounting region " + path + ": "; }
+
+// --- seqlock ----------------------------------------------------------------------------------
+
+// One read of a slot's counters for `devices` devices; false when a writer was inside.
+bool try_read_slot(const slot* s, std::uint32_t devices, slot_info& out) noexcept {
+  const std::uint64_t q1 = s->seq.load(std::memory_order_acquire);
+  if ((q1 & 1) != 0) return false;
+  out.devices.resize(devices);
+  for (std::uint32_t d = 0; d < devices; ++d) {
+    counters& c = out.devices[d];
+    c.total = s->counters[d][detail::c_total].load(std::memory_order_relaxed);
+    c.context = s->counters[d][detail::c_context].load(std::memory_order_relaxed);
+    c.module = s->counters[d][detail::c_module].load(std::memory_order_relaxed);
+    c.data = s->counters[d][detail::c_data].load(std::memory_order_relaxed);
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const std::uint64_t q2 = s->seq.load(std::memory_order_relaxed);
+  out.sequence = q1;
+  return q1 == q2;
+}
+
+// One device of a slot, without allocating.
+bool try_read_device(const slot* s, std::uint32_t d, counters& c, std::uint64_t& seq) noexcept {
+  const std::uint64_t q1 = s->seq.load(std::memory_order_acquire);
+  if ((q1 & 1) != 0) return false;
+  c.total = s->counters[d][detail::c_total].load(std::memory_order_relaxed);
+  c.context = s->counters[d][detail::c_context].load(std::memory_order_relaxed);
+  c.module = s->counters[d][detail::c_module].load(std::memory_order_relaxed);
+  c.data = s->counters[d][detail::c_data].load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  seq = q1;
+  return s->seq.load(std::memory_order_relaxed) == q1;
+}
+
+// Waits (bounded) for a slot to be even and takes its write side. Returns the even value taken,
+// or false when the bound passed. Async-signal-safe (atomics, sched_yield, clock_gettime).
+bool acquire_slot_write(slot* s, clock_type::time_point deadline, std::uint64_t& taken) noexcept {
+  for (std::uint32_t n = 0;; ++n) {
+    std::uint64_t q = s->seq.load(std::memory_order_relaxed);
+    if ((q & 1) == 0 && s->seq.compare_exchange_weak(q, q + 1, std::memory_order_acquire, std::memory_order_relaxed)) {
+      // Orders the counter stores after the odd sequence is visible (Boehm's seqlock writer).
+      std::atomic_thread_fence(std::memory_order_release);
+      taken = q;
+      return true;
+    }
+    if (n < 64) {
+      cpu_relax();
+    } else {
+      if ((n & 63) == 0 && clock_type::now() >= deadline) return false;
+      sched_yield();
+    }
+  }
+}
+
+// --- the process-wide table the exit cleanup walks ------------------------------------------------
+
+enum registration_state : int { r_empty = 0, r_filling = 1, r_active = 2, r_cleaning = 3, r_released = 4, r_detaching = 5 };
+
+struct registration {
+  std::atomic<int> state{r_empty};
+  header* h = nullptr;
+  slot* s = nullptr;
+  pid_t kernel_pid = 0;  // getpid() of the registering process: a forked child skips the entry
+  pid_t owner_pid = 0;
+  std::uint64_t start_time = 0;
+  std::uint32_t devices = 0;
+};
+
+constexpr int registration_count = 64;
+registration table[registration_count];
+std::atomic<bool> locking_exit_handler_bug{false};
+std::atomic<bool> pid_only_bug_at_exit{false};
+
+int claim_registration() noexcept {
+  for (int i = 0; i < registration_count; ++i) {
+    int expected = r_empty;
+    if (table[i].state.compare_exchange_strong(expected, r_filling, std::memory_order_acq_rel)) return i;
+  }
+  return -1;
+}
+
+// Releases a slot with atomics only: subtract its counters from the aggregates, zero them, mark
+// the slot free. Returns false when a write stayed in flight past the bound (the slot is then
+// left for lazy reclamation once this process is gone). Async-signal-safe, unless the
+// locking-exit-handler bug point made it take the mutex.
+bool release_slot(header* h, slot* s, pid_t owner, std::uint64_t start, std::uint32_t devices,
+                  bool at_exit, bool locking_bug) noexcept {
+  if (s->pid.load(std::memory_order_acquire) != owner || s->start_time.load(std::memory_order_relaxed) != start) {
+    return true;  // reclaimed already (we were taken for dead): nothing of ours is left
+  }
+  bool locked = false;
+  if (locking_bug) {
+    // Pre-fix: the exit handler takes the region mutex, unbounded. A holder in this process (the
+    // thread the signal interrupted) or a stuck one elsewhere hangs the exit forever.
+    const int rc = pthread_mutex_lock(&h->mutex);
+    if (rc == EOWNERDEAD) pthread_mutex_consistent(&h->mutex);
+    locked = rc == 0 || rc == EOWNERDEAD;
+  }
+  std::uint64_t q = 0;
+  const bool got = acquire_slot_write(s, clock_type::now() + std::chrono::milliseconds(200), q);
+  if (got) {
+    if (at_exit) (void)FAULTLINE_POINT("accounting/exit/cleanup");
+    for (std::uint32_t d = 0; d < devices; ++d) {
+      const std::uint64_t t = s->counters[d][detail::c_total].load(std::memory_order_relaxed);
+      if (t != 0) h->aggregate[d].fetch_sub(t, std::memory_order_acq_rel);
+      for (auto& c : s->counters[d]) c.store(0, std::memory_order_relaxed);
+    }
+    s->seq.store(q + 2, std::memory_order_release);
+    s->start_time.store(0, std::memory_order_relaxed);
+    s->pid.store(0, std::memory_order_release);
+  }
+  if (locked) pthread_mutex_unlock(&h->mutex);
+  return got;
+}
+
+void cleanup_all_registrations() noexcept {
+  const pid_t me = ::getpid();
+  const bool locking_bug = locking_exit_handler_bug.load(std::memory_order_acquire);
+  for (auto& r : table) {
+    if (r.state.load(std::memory_order_acquire) != r_active || r.kernel_pid != me) continue;
+    int expected = r_active;
+    if (!r.state.compare_exchange_strong(expected, r_cleaning, std::memory_order_acq_rel)) continue;
+    (void)release_slot(r.h, r.s, r.owner_pid, r.start_time, r.devices, /*at_exit=*/true, locking_bug);
+    r.state.store(r_released, std::memory_order_release);
+  }
+}
+
+constexpr int handled_signals[] = {SIGTERM, SIGINT, SIGHUP};
+struct sigaction previous_actions[3];
+std::atomic<bool> handler_installed[3];
+std::mutex install_mutex;
+bool atexit_installed = false;
+
+int signal_slot(int sig) noexcept {
+  for (int i = 0; i < 3; ++i) {
+    if (handled_signals[i] == sig) return i;
+  }
+  return -1;
+}
+
+void on_termination_signal(int sig, siginfo_t* info, void* context) {
+  const int saved_errno = errno;
+  cleanup_all_registrations();
+  const int i = signal_slot(sig);
+  const struct sigaction& prev = previous_actions[i >= 0 ? i : 0];
+  if ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
+    prev.sa_sigaction(sig, info, context);
+  } else if ((prev.sa_flags & SA_SIGINFO) == 0 && prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+    prev.sa_handler(sig);
+  } else {
+    // No earlier handler: die of the signal as if we had never been there. The signal is blocked
+    // while this handler runs, so it is delivered with the default action when we return.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, nullptr);
+    raise(sig);
+  }
+  errno = saved_errno;
+}
+
+status install_exit_handlers() {
+  std::lock_guard<std::mutex> g(install_mutex);
+  if (!atexit_installed) {
+    if (std::atexit([] { cleanup_all_registrations(); }) != 0) {
+      return status(errc::internal, "accounting: atexit refused to register the exit cleanup");
+    }
+    atexit_installed = true;
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (handler_installed[i].load(std::memory_order_acquire)) continue;
+    struct sigaction old {};
+    if (sigaction(handled_signals[i], nullptr, &old) != 0) {
+      return status::from_errno(errno, "accounting: sigaction " + std::to_string(handled_signals[i]));
+    }
+    // A signal the process ignores stays ignored: cleaning up on it would free the slot of a
+    // process that goes on running.
+    if ((old.sa_flags & SA_SIGINFO) == 0 && old.sa_handler == SIG_IGN) continue;
+    previous_actions[i] = old;
+    struct sigaction act {};
+    act.sa_sigaction = &on_termination_signal;
+    act.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&act.sa_mask);
+    for (int other : handled_signals) sigaddset(&act.sa_mask, other);
+    if (sigaction(handled_signals[i], &act, nullptr) != 0) {
+      return status::from_errno(errno, "accounting: sigaction " + std::to_string(handled_signals[i]));
+    }
+    handler_installed[i].store(true, std::memory_order_release);
+  }
+  return status::ok();
+}
+
+// --- files --------------------------------------------------------------------------------------
+
+status open_error(int err, const std::string& path) {
+  if (err == ELOOP) {
+    return status(errc::refused, where(path) + "is a symbolic link; refusing to follow it (O_NOFOLLOW)");
+  }
+  if (err == ENOENT) return status(errc::not_found, where(path) + "does not exist");
+  return status::from_errno(err, "open " + path);
+}
+
+int open_region(const std::string& path, int flags) noexcept {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+struct validated {
+  std::uint32_t devices = 0;
+  std::uint32_t max_slots = 0;
+  std::uint64_t bytes = 0;
+  uid_t uid = 0;
+  std::uint32_t mode = 0;
+  std::uint64_t magic = 0;
+  std::uint32_t abi_version = 0;
+  std::uint32_t header_size = 0;
+  std::uint32_t slot_size = 0;
+};
+
+// Checks the open file `fd` before anything maps it.
+result<validated> validate_fd(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return status::from_errno(errno, "fstat " + path);
+  validated v;
+  v.bytes = static_cast<std::uint64_t>(st.st_size);
+  v.uid = st.st_uid;
+  v.mode = st.st_mode & 07777;
+  if (!S_ISREG(st.st_mode)) return status(errc::refused, where(path) + "is not a regular file");
+  if (st.st_uid != ::getuid()) {
+    return status(errc::refused, where(path) + "is owned by uid " + std::to_string(st.st_uid) +
+                                     ", not by this process's user (uid " + std::to_string(::getuid()) + ")");
+  }
+  if (v.bytes == 0) return status(errc::corrupt, where(path) + "is empty (0 bytes): not an accounting region");
+  if (v.bytes < detail::fixed_prefix_bytes) {
+    return status(errc::corrupt, where(path) + "is truncated: " + std::to_string(v.bytes) +
+                                     " bytes, shorter than the region header");
+  }
+  unsigned char prefix[detail::fixed_prefix_bytes];
+  std::size_t got = 0;
+  while (got < sizeof prefix) {
+    const ssize_t n = ::pread(fd, prefix + got, sizeof prefix - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return status::from_errno(errno, "read " + path);
+    if (n == 0) return status(errc::corrupt, where(path) + "is truncated while being read");
+    got += static_cast<std::size_t>(n);
+  }
+  std::uint32_t initialised = 0;
+  std::memcpy(&v.magic, prefix + offsetof(header, magic), 8);
+  std::memcpy(&v.abi_version, prefix + offsetof(header, abi_version), 4);
+  std::memcpy(&v.header_size, prefix + offsetof(header, header_size), 4);
+  std::memcpy(&v.slot_size, prefix + offsetof(header, slot_size), 4);
+  std::memcpy(&v.devices, prefix + offsetof(header, device_count), 4);
+  std::memcpy(&v.max_slots, prefix + offsetof(header, max_slots), 4);
+  std::memcpy(&initialised, prefix + offsetof(header, initialised), 4);
+  if (v.magic != detail::region_magic) {
+    return status(errc::corrupt, where(path) + "has wrong magic " + hex(v.magic) +
+                                     ": not a faultline accounting region (expected " + hex(detail::region_magic) + ")");
+  }
+  if (v.abi_version != detail::layout_abi_version) {
+    return status(errc::corrupt, where(path) + "has ABI version " + std::to_string(v.abi_version) +
+                                     "; this build reads version " + std::to_string(detail::layout_abi_version));
+  }
+  if (v.header_size != sizeof(header) || v.slot_size != sizeof(slot)) {
+    return status(errc::corrupt, where(path) + "has header/slot sizes " + std::to_string(v.header_size) + "/" +
+                                     std::to_string(v.slot_size) + "; this build uses " +
+                                     std::to_string(sizeof(header)) + "/" + std::to_string(sizeof(slot)));
+  }
+  if (v.devices == 0 || v.devices > max_devices) {
+    return status(errc::corrupt, where(path) + "has device count " + std::to_string(v.devices) + " (must be 1.." +
+                                     std::to_string(max_devices) + ")");
+  }
+  if (v.max_slots == 0 || v.max_slots > max_slots_limit) {
+    return status(errc::corrupt, where(path) + "has slot count " + std::to_string(v.max_slots) + " (must be 1.." +
+                                     std::to_string(max_slots_limit) + ")");
+  }
+  const std::uint64_t expected = detail::region_bytes(v.max_slots);
+  if (v.bytes < expected) {
+    return status(errc::corrupt, where(path) + "is truncated: " + std::to_string(v.bytes) + " bytes, expected " +
+                                     std::to_string(expected) + " for " + std::to_string(v.max_slots) + " slots");
+  }
+  if (v.bytes != expected) {
+    return status(errc::corrupt, where(path) + "has " + std::to_string(v.bytes) + " bytes, expected " +
+                                     std::to_string(expected) + " for " + std::to_string(v.max_slots) + " slots");
+  }
+  if (initialised != detail::initialised_value) {
+    return status(errc::corrupt, where(path) + "was never fully initialised (its creator did not finish)");
+  }
+  return v;
+}
+
+std::atomic<std::uint64_t> temp_counter{0};
+
+// Builds a region under a temporary name and links it into place: nobody ever sees it half-built.
+// Returns the open fd of the new file, or already_exists when another process won the race.
+result<int> create_region_file(const std::string& path, const options& opt) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                          std::to_string(temp_counter.fetch_add(1, std::memory_order_relaxed));
+  int fd;
+  do {
+    fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return status::from_errno(errno, "create " + tmp);
+  auto fail = [&](status st) {
+    ::unlink(tmp.c_str());
+    ::close(fd);
+    return st;
+  };
+  if (::fchmod(fd, 0600) != 0) return fail(status::from_errno(errno, "fchmod " + tmp));
+  const std::size_t bytes = detail::region_bytes(opt.max_slots);
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) return fail(status::from_errno(errno, "ftruncate " + tmp));
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) return fail(status::from_errno(errno, "mmap " + tmp));
+  auto* h = new (base) header{};
+  h->magic = detail::region_magic;
+  h->abi_version = detail::layout_abi_version;
+  h->header_size = sizeof(header);
+  h->slot_size = sizeof(slot);
+  h->device_count = opt.devices;
+  h->max_slots = opt.max_slots;
+  for (std::uint32_t d = 0; d < max_devices; ++d) {
+    h->limit_bytes[d] = d < opt.limits_bytes.size() ? opt.limits_bytes[d] : no_limit;
+  }
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  const int rc = pthread_mutex_init(&h->mutex, &attr);
+  pthread_mutexattr_destroy(&attr);
+  if (rc != 0) {
+    ::munmap(base, bytes);
+    return fail(status::from_errno(rc, "pthread_mutex_init in " + tmp));
+  }
+  for (std::uint32_t i = 0; i < opt.max_slots; ++i) new (detail::slot_at(h, i)) slot{};
+  h->initialised.store(detail::initialised_value, std::memory_order_release);
+  ::munmap(base, bytes);
+  if (::link(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    ::close(fd);
+    if (err == EEXIST) return status(errc::already_exists, where(path) + "created by another process meanwhile");
+    return status::from_errno(err, "link " + tmp + " to " + path);
+  }
+  ::unlink(tmp.c_str());
+  return fd;
+}
+
+status check_options(const options& opt) {
+  if (opt.devices == 0 || opt.devices > max_devices) {
+    return status(errc::invalid_argument,
+                  "accounting options: devices=" + std::to_string(opt.devices) + " (must be 1.." +
+                      std::to_string(max_devices) + ")");
+  }
+  if (opt.max_slots == 0 || opt.max_slots > max_slots_limit) {
+    return status(errc::invalid_argument, "accounting options: max_slots=" + std::to_string(opt.max_slots) +
+                                              " (must be 1.." + std::to_string(max_slots_limit) + ")");
+  }
+  if (opt.limits_bytes.size() > opt.devices) {
+    return status(errc::invalid_argument, "accounting options: " + std::to_string(opt.limits_bytes.size()) +
+                                              " limits for " + std::to_string(opt.devices) + " devices");
+  }
+  if (opt.lock_slice.count() <= 0 || opt.lock_bound.count() < 0 || opt.reader_bound.count() < 0) {
+    return status(errc::invalid_argument, "accounting options: lock_slice must be positive, bounds not negative");
+  }
+  return status::ok();
+}
+
+timespec realtime_after(std::chrono::milliseconds d) noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  const long long ns = static_cast<long long>(ts.tv_nsec) + static_cast<long long>(d.count()) * 1000000LL;
+  ts.tv_sec += static_cast<time_t>(ns / 1000000000LL);
+  ts.tv_nsec = static_cast<long>(ns % 1000000000LL);
+  return ts;
+}
+
+std::uint64_t realtime_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// Zeroes a dead process's slot and frees it. A slot left even holds exactly what its owner added
+// to the aggregates, so that much is subtracted; one left odd is unknown (the writer may or may
+// not have touched the aggregate) and is settled by the recompute that follows. Under the lock.
+bool reclaim_dead_slot(header* h, slot* s, std::uint32_t devices) noexcept {
+  const std::uint64_t q = s->seq.load(std::memory_order_acquire);
+  const bool odd = (q & 1) != 0;
+  for (std::uint32_t d = 0; d < devices; ++d) {
+    const std::uint64_t t = s->counters[d][detail::c_total].load(std::memory_order_relaxed);
+    if (!odd && t != 0) h->aggregate[d].fetch_sub(t, std::memory_order_acq_rel);
+    for (auto& c : s->counters[d]) c.store(0, std::memory_order_relaxed);
+  }
+  s->seq.store(odd ? q + 1 : q + 2, std::memory_order_release);
+  s->start_time.store(0, std::memory_order_relaxed);
+  s->pid.store(0, std::memory_order_release);
+  h->slots_reclaimed.fetch_add(1, std::memory_order_relaxed);
+  return odd;
+}
+
+// Sets device d's aggregate to the sum of the in-use slots' totals, racing live writers safely:
+// the sum is taken with every slot even, re-checked unchanged, and installed with a CAS against
+// the aggregate value read before the sum; any charge or release that landed in between changes
+// either a sequence or the aggregate and the attempt is retried. Under the lock (so no slot is
+// claimed meanwhile). Returns false when live writers kept it busy through every attempt.
+bool recompute_aggregate(header* h, std::uint32_t max_slots, std::uint32_t d, std::int64_t& correction) noexcept {
+  constexpr int attempts = 256;
+  for (int a = 0; a < attempts; ++a) {
+    if (a > 0) sched_yield();
+    std::uint64_t before = h->aggregate[d].load(std::memory_order_acquire);
+    std::uint64_t sum = 0;
+    bool clean = true;
+    for (std::uint32_t i = 0; i < max_slots && clean; ++i) {
+      const slot* s = detail::slot_at(h, i);
+      if (s->pid.load(std::memory_order_acquire) == 0) continue;
+      counters c;
+      std::uint64_t q = 0;
+      if (!try_read_device(s, d, c, q)) {
+        clean = false;
+        break;
+      }
+      sum += c.total;
+    }
+    if (!clean) continue;
+    // A writer that started after its slot was read and finished before now moved the sequence
+    // and, having charged or released, the aggregate: the CAS below catches it.
+    if (h->aggregate[d].compare_exchange_strong(before, sum, std::memory_order_acq_rel)) {
+      correction = static_cast<std::int64_t>(sum) - static_cast<std::int64_t>(before);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string default_path() { return "/dev/shm/faultline-accounting"; }
+
+std::string_view to_string(slot_state s) noexcept {
+  switch (s) {
+    case slot_state::free: return "free";
+    case slot_state::alive: return "alive";
+    case slot_state::dead: return "dead";
+  }
+  return "?";
+}
+
+// --- region -------------------------------------------------------------------------------------
+
+region::region(std::string path, int fd, detail::header* h, std::size_t bytes, const options& opt)
+    : path_(std::move(path)),
+      fd_(fd),
+      h_(h),
+      bytes_(bytes),
+      devices_(h->device_count),
+      max_slots_(h->max_slots),
+      opt_(opt) {}
+
+region::~region() { (void)detach(); }
+
+result<std::unique_ptr<region>> region::attach(const std::string& path, const options& opt) {
+  if (opt.lock_slice.count() <= 0 || opt.lock_bound.count() < 0 || opt.reader_bound.count() < 0) {
+    return status(errc::invalid_argument, "accounting options: lock_slice must be positive, bounds not negative");
+  }
+  const int fd = open_region(path, O_RDWR);
+  if (fd < 0) return open_error(errno, path);
+  auto v = validate_fd(fd, path);
+  if (!v) {
+    ::close(fd);
+    return v.error();
+  }
+  void* base = ::mmap(nullptr, v->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    ::close(fd);
+    return status::from_errno(err, "mmap " + path);
+  }
+  return std::unique_ptr<region>(new region(path, fd, static_cast<header*>(base), v->bytes, opt));
+}
+
+result<std::unique_ptr<region>> region::create_or_attach(const std::string& path, const options& opt) {
+  if (auto st = check_options(opt); !st) return st;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    auto r = attach(path, opt);
+    if (r) {
+      if ((*r)->device_count() != opt.devices) {
+        return status(errc::invalid_argument, where(path) + "describes " + std::to_string((*r)->device_count()) +
+                                                  " devices; the caller asked for " + std::to_string(opt.devices));
+      }
+      return r;
+    }
+    if (r.code() != errc::not_found) return r.error();
+    auto fd = create_region_file(path, opt);
+    if (!fd) {
+      if (fd.code() == errc::already_exists) continue;  // lost the race: attach to the winner's
+      return fd.error();
+    }
+    ::close(*fd);  // re-open by name: validates exactly what every other process will see
+  }
+  return status(errc::busy, where(path) + "kept appearing and disappearing while attaching");
+}
+
+status region::detach() noexcept {
+  if (h_ == nullptr) return status::ok();
+  if (registration_ >= 0) {
+    registration& r = table[registration_];
+    int expected = r_active;
+    if (r.state.compare_exchange_strong(expected, r_detaching, std::memory_order_acq_rel)) {
+      (void)release_slot(r.h, r.s, r.owner_pid, r.start_time, r.devices, /*at_exit=*/false, /*locking_bug=*/false);
+    } else {
+      // The exit cleanup took it; when it runs on another thread, let it finish with the mapping.
+      const auto deadline = clock_type::now() + std::chrono::seconds(1);
+      while (r.state.load(std::memory_order_acquire) == r_cleaning && clock_type::now() < deadline) sched_yield();
+    }
+    r.state.store(r_empty, std::memory_order_release);
+    registration_ = -1;
+  }
+  slot_index_ = -1;
+  ::munmap(h_, bytes_);
+  ::close(fd_);
+  h_ = nullptr;
+  fd_ = -1;
+  return status::ok();
+}
+
+std::uint64_t region::limit_bytes(std::uint32_t device) const noexcept {
+  return h_ != nullptr && device < devices_ ? h_->limit_bytes[device] : 0;
+}
+std::uint64_t region::repairs() const noexcept { return h_ ? h_->repairs.load(std::memory_order_acquire) : 0; }
+std::uint64_t region::occupancy_violations() const noexcept {
+  return h_ ? h_->occupancy_violations.load(std::memory_order_acquire) : 0;
+}
+std::uint64_t region::slots_reclaimed() const noexcept {
+  return h_ ? h_->slots_reclaimed.load(std::memory_order_acquire) : 0;
+}
+
+// --- the lock -----------------------------------------------------------------------------------
+
+region::lock_guard::lock_guard(lock_guard&& o) noexcept
+    : owner_(o.owner_), mutex_held_(o.mutex_held_), repaired_(o.repaired_), forced_(o.forced_) {
+  o.owner_ = nullptr;
+}
+
+region::lock_guard& region::lock_guard::operator=(lock_guard&& o) noexcept {
+  if (this != &o) {
+    unlock();
+    owner_ = o.owner_;
+    mutex_held_ = o.mutex_held_;
+    repaired_ = o.repaired_;
+    forced_ = o.forced_;
+    o.owner_ = nullptr;
+  }
+  return *this;
+}
+
+void region::lock_guard::unlock() noexcept {
+  if (owner_ != nullptr) owner_->unlock_guard(*this);
+}
+
+void region::unlock_guard(lock_guard& g) noexcept {
+  header* h = h_;
+  g.owner_ = nullptr;
+  if (h == nullptr) return;
+  std::uint32_t occ = h->occupancy.load(std::memory_order_acquire);
+  if (occ != 1) h->occupancy_violations.fetch_add(1, std::memory_order_acq_rel);
+  if (g.mutex_held_) h->lock_owner_pid.store(0, std::memory_order_release);
+  while (occ > 0 && !h->occupancy.compare_exchange_weak(occ, occ - 1, std::memory_order_acq_rel)) {
+  }
+  if (g.mutex_held_) pthread_mutex_unlock(&h->mutex);
+  g.mutex_held_ = false;
+}
+
+result<region::lock_guard> region::lock() {
+  if (h_ == nullptr) return status(errc::refused, where(path_) + "detached");
+  const bool stale_bug = FAULTLINE_BUG("bug/accounting/stale-deadline");
+  const auto bound_end = clock_type::now() + opt_.lock_bound;
+  // Pre-fix (bug point): one deadline for every wait, so after the first slice every wait
+  // returns at once and the loop spins until the bound, then "forces" the lock.
+  const timespec stale_deadline = realtime_after(opt_.lock_slice);
+  int rc = 0;
+  bool forced = false;
+  for (;;) {
+    timespec deadline;
+    if (stale_bug) {
+      deadline = stale_deadline;
+    } else {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(bound_end - clock_type::now());
+      deadline = realtime_after(std::max(std::chrono::milliseconds(1), std::min(opt_.lock_slice, left)));
+    }
+    rc = pthread_mutex_timedlock(&h_->mutex, &deadline);
+    if (rc == 0 || rc == EOWNERDEAD) break;
+    if (rc == ENOTRECOVERABLE) {
+      return status(errc::corrupt, where(path_) + "lock is not recoverable (a repair after a dead holder was "
+                                                  "abandoned); recreate the region");
+    }
+    if (rc != ETIMEDOUT && rc != EINTR) return status::from_errno(rc, "lock " + path_);
+    if (clock_type::now() >= bound_end) {
+      if (stale_bug) {
+        forced = true;
+        break;
+      }
+      const pid_t holder = h_->lock_owner_pid.load(std::memory_order_acquire);
+      return status(errc::timeout, where(path_) + "lock not acquired within " + std::to_string(opt_.lock_bound.count()) +
+                                       " ms (held by pid " + std::to_string(holder) + ")");
+    }
+    if (stale_bug) sched_yield();
+  }
+  lock_guard g;
+  g.owner_ = this;
+  g.mutex_held_ = !forced;
+  g.forced_ = forced;
+  const bool owner_died = !forced && rc == EOWNERDEAD;
+  // The dead holder's occupancy is void; everyone else waited on the mutex.
+  if (owner_died) h_->occupancy.store(0, std::memory_order_release);
+  const std::uint32_t occ = h_->occupancy.fetch_add(1, std::memory_order_acq_rel) + 1;
+  if (occ != 1) {
+    const std::uint64_t n = h_->occupancy_violations.fetch_add(1, std::memory_order_acq_rel) + 1;
+    if (!forced) {
+      std::uint32_t cur = h_->occupancy.load(std::memory_order_acquire);
+      while (cur > 0 && !h_->occupancy.compare_exchange_weak(cur, cur - 1, std::memory_order_acq_rel)) {
+      }
+      g.owner_ = nullptr;
+      if (owner_died) pthread_mutex_consistent(&h_->mutex);
+      pthread_mutex_unlock(&h_->mutex);
+      return status(errc::internal, where(path_) + "occupancy " + std::to_string(occ) +
+                                        " inside the lock: another holder is in the critical section (violation #" +
+                                        std::to_string(n) + ")");
+    }
+  }
+  if (!forced) h_->lock_owner_pid.store(detail::self_pid(), std::memory_order_release);
+  if (owner_died) {
+    // Repair first, mark consistent after: if this process dies mid-repair, the next locker sees
+    // EOWNERDEAD again and repairs again.
+    (void)repair_locked(true);
+    pthread_mutex_consistent(&h_->mutex);
+    g.repaired_ = true;
+  }
+  if (int err = FAULTLINE_POINT("accounting/lock/held")) {
+    g.unlock();
+    return status::injected_fault("accounting/lock/held", err);
+  }
+  return g;
+}
+
+repair_report region::repair_locked(bool owner_died) {
+  repair_report rep;
+  rep.lock_owner_died = owner_died;
+  const bool pid_only = FAULTLINE_BUG("bug/accounting/pid-only-liveness");
+  for (std::uint32_t i = 0; i < max_slots_; ++i) {
+    slot* s = detail::slot_at(h_, i);
+    const pid_t p = s->pid.load(std::memory_order_acquire);
+    if (p == 0) continue;
+    const std::uint64_t start = s->start_time.load(std::memory_order_relaxed);
+    if (detail::process_liveness(p, start, pid_only) == detail::liveness::alive) continue;
+    ++rep.dead_slots_reclaimed;
+    if (reclaim_dead_slot(h_, s, devices_)) ++rep.odd_slots_repaired;
+  }
+  rep.aggregate_corrections.assign(devices_, 0);
+  bool corrected = false;
+  for (std::uint32_t d = 0; d < devices_; ++d) {
+    if (recompute_aggregate(h_, max_slots_, d, rep.aggregate_corrections[d])) ++rep.devices_recomputed;
+    corrected = corrected || rep.aggregate_corrections[d] != 0;
+  }
+  if (owner_died || rep.dead_slots_reclaimed > 0 || corrected) h_->repairs.fetch_add(1, std::memory_order_acq_rel);
+  return rep;
+}
+
+result<repair_report> region::repair() {
+  auto g = lock();
+  if (!g) return g.error();
+  repair_report rep = repair_locked(false);
+  rep.lock_owner_died = g->repaired();
+  return rep;
+}
+
+// --- slots ----------------------------------------------------------------------------------------
+
+status region::register_process() {
+  if (h_ == nullptr) return status(errc::refused, where(path_) + "detached");
+  if (slot_index_ >= 0) return status::ok();
+  const int reg = claim_registration();
+  if (reg < 0) {
+    return status(errc::busy, "accounting: this process already holds " + std::to_string(registration_count) +
+                                  " region registrations");
+  }
+  const pid_t pid = detail::self_pid();
+  const std::uint64_t start = detail::self_start_time();
+  auto g = lock();
+  if (!g) {
+    table[reg].state.store(r_empty, std::memory_order_release);
+    return g.error();
+  }
+  int chosen = -1;
+  for (std::uint32_t i = 0; i < max_slots_ && chosen < 0; ++i) {
+    if (detail::slot_at(h_, i)->pid.load(std::memory_order_acquire) == 0) chosen = static_cast<int>(i);
+  }
+  if (chosen < 0) {
+    // Lazy reclamation: no free slot, so take back the slots of processes that died (SIGKILL
+    // runs no cleanup), in place, and settle the aggregates.
+    (void)repair_locked(false);
+    for (std::uint32_t i = 0; i < max_slots_ && chosen < 0; ++i) {
+      if (detail::slot_at(h_, i)->pid.load(std::memory_order_acquire) == 0) chosen = static_cast<int>(i);
+    }
+  }
+  if (chosen < 0) {
+    g->unlock();
+    table[reg].state.store(r_empty, std::memory_order_release);
+    return status(errc::busy, where(path_) + "all " + std::to_string(max_slots_) + " slots are held by live processes");
+  }
+  slot* s = detail::slot_at(h_, static_cast<std::uint32_t>(chosen));
+  const std::uint64_t q = s->seq.load(std::memory_order_relaxed);
+  if ((q & 1) != 0) s->seq.store(q + 1, std::memory_order_relaxed);
+  for (std::uint32_t d = 0; d < devices_; ++d) {
+    for (auto& c : s->counters[d]) c.store(0, std::memory_order_relaxed);
+  }
+  s->start_time.store(start, std::memory_order_relaxed);
+  s->pid.store(pid, std::memory_order_release);
+  g->unlock();
+
+  registration& r = table[reg];
+  r.h = h_;
+  r.s = s;
+  r.kernel_pid = ::getpid();
+  r.owner_pid = pid;
+  r.start_time = start;
+  r.devices = devices_;
+  r.state.store(r_active, std::memory_order_release);
+  registration_ = reg;
+  slot_index_ = chosen;
+  if (opt_.exit_handlers) {
+    // Read now, not at exit: in a signal handler the fault engine cannot be asked.
+    locking_exit_handler_bug.store(FAULTLINE_BUG("bug/accounting/locking-exit-handler"), std::memory_order_release);
+    if (auto st = install_exit_handlers(); !st) return st;
+  }
+  return status::ok();
+}
+
+status region::charge(std::uint32_t device, kind k, std::uint64_t bytes) noexcept {
+  return write_slot(device, k, bytes, /*is_charge=*/true);
+}
+
+status region::release(std::uint32_t device, kind k, std::uint64_t bytes) noexcept {
+  return write_slot(device, k, bytes, /*is_charge=*/false);
+}
+
+status region::write_slot(std::uint32_t device, kind k, std::uint64_t bytes, bool is_charge) noexcept {
+  const char* op = is_charge ? "charge" : "release";
+  if (h_ == nullptr || slot_index_ < 0 || registration_ < 0) {
+    return status(errc::refused, std::string("accounting: ") + op + ": this process is not registered");
+  }
+  if (device >= devices_) {
+    return status(errc::invalid_argument, std::string("accounting: ") + op + ": device " + std::to_string(device) +
+                                              " out of range (" + std::to_string(devices_) + " devices)");
+  }
+  slot* s = detail::slot_at(h_, static_cast<std::uint32_t>(slot_index_));
+  const registration& reg = table[registration_];
+
+  const bool no_seqlock = FAULTLINE_BUG("bug/accounting/no-seqlock");
+  const bool no_exclusion = !no_seqlock && FAULTLINE_BUG("bug/accounting/no-writer-exclusion");
+  std::uint64_t q = 0;
+  if (no_seqlock) {
+    // Pre-fix: counters written in place with nothing to tell a reader a write is under way.
+  } else if (no_exclusion) {
+    // Pre-fix: a seqlock without writer exclusion: two writers both bump the sequence, so it can
+    // read even while both are inside, and their read-modify-writes interleave.
+    s->seq.fetch_add(1, std::memory_order_acq_rel);
+    std::atomic_thread_fence(std::memory_order_release);
+  } else if (!acquire_slot_write(s, clock_type::now() + std::max(opt_.reader_bound, std::chrono::milliseconds(1000)), q)) {
+    return status(errc::busy, std::string("accounting: ") + op + ": slot " + std::to_string(slot_index_) +
+                                  " stayed mid-update by another thread past the bound");
+  }
+  auto end = [&]() noexcept {
+    if (no_seqlock) return;
+    if (no_exclusion) {
+      s->seq.fetch_add(1, std::memory_order_release);
+    } else {
+      s->seq.store(q + 2, std::memory_order_release);
+    }
+  };
+  // Checked with the write side held: the exit cleanup marks the registration before it takes the
+  // write side, so either it waits for this write or this write sees it and stops.
+  if (reg.state.load(std::memory_order_acquire) != r_active) {
+    end();
+    return status(errc::refused, std::string("accounting: ") + op + ": the slot was released (process exiting)");
+  }
+  if (int err = FAULTLINE_POINT("accounting/slot/mid-update")) {
+    end();
+    return status::injected_fault("accounting/slot/mid-update", err);
+  }
+  std::atomic<std::uint64_t>& part = s->counters[device][part_index(k)];
+  std::atomic<std::uint64_t>& total = s->counters[device][detail::c_total];
+  std::atomic<std::uint64_t>& aggregate = h_->aggregate[device];
+  if (is_charge) {
+    // Add first, check, roll back on refusal: the decision needs no lock and the aggregate is
+    // exact whenever no charge is in flight.
+    const std::uint64_t limit = h_->limit_bytes[device];
+    const std::uint64_t before = aggregate.fetch_add(bytes, std::memory_order_acq_rel);
+    const bool wrapped = before > std::numeric_limits<std::uint64_t>::max() - bytes;
+    if (wrapped || before + bytes > limit) {
+      aggregate.fetch_sub(bytes, std::memory_order_acq_rel);
+      end();
+      return status(errc::out_of_memory, "accounting: device " + std::to_string(device) + ": limit of " +
+                                             std::to_string(limit) + " bytes: " + std::to_string(before) +
+                                             " in use, " + std::to_string(bytes) + " more requested");
+    }
+    part.store(part.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+    total.store(total.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+  } else {
+    const std::uint64_t have = part.load(std::memory_order_relaxed);
+    if (have < bytes) {
+      end();
+      return status(errc::invalid_argument, "accounting: release: device " + std::to_string(device) + ": " +
+                                                std::to_string(bytes) + " bytes asked back, this process holds " +
+                                                std::to_string(have));
+    }
+    part.store(have - bytes, std::memory_order_relaxed);
+    total.store(total.load(std::memory_order_relaxed) - bytes, std::memory_order_relaxed);
+    aggregate.fetch_sub(bytes, std::memory_order_acq_rel);
+  }
+  end();
+  return status::ok();
+}
+
+result<std::uint64_t> region::usage(std::uint32_t device) const noexcept {
+  if (h_ == nullptr) return status(errc::refused, where(path_) + "detached");
+  if (device >= devices_) {
+    return status(errc::invalid_argument, "accounting: usage: device " + std::to_string(device) + " out of range");
+  }
+  return h_->aggregate[device].load(std::memory_order_acquire);
+}
+
+// Reads slot `index` within the reader bound. A slot still mid-update after the bound whose owner
+// is dead is repaired (under the lock, or in place when the caller holds it) and read again; one
+// whose owner lives is returned with mid_update set and errc::busy.
+status region::read_slot(std::uint32_t index, bool lock_held, slot_info& out, bool& repaired) {
+  const slot* s = detail::slot_at(h_, index);
+  const bool unbounded = FAULTLINE_BUG("bug/accounting/unbounded-reader");
+  auto deadline = clock_type::now() + opt_.reader_bound;
+  out.index = index;
+  for (std::uint32_t n = 0;; ++n) {
+    out.pid = s->pid.load(std::memory_order_acquire);
+    out.start_time = s->start_time.load(std::memory_order_relaxed);
+    if (out.pid == 0) {
+      out.state = slot_state::free;
+      out.devices.assign(devices_, counters{});
+      return status::ok();
+    }
+    if (try_read_slot(s, devices_, out)) {
+      out.mid_update = false;
+      return status::ok();
+    }
+    if (n < 64) {
+      cpu_relax();
+      continue;
+    }
+    sched_yield();
+    // Pre-fix (bug point): spin until the writer finishes, which a dead writer never does.
+    if (unbounded || (n & 31) != 0 || clock_type::now() < deadline) continue;
+    const bool pid_only = FAULTLINE_BUG("bug/accounting/pid-only-liveness");
+    if (detail::process_liveness(out.pid, out.start_time, pid_only) == detail::liveness::alive) {
+      out.state = slot_state::alive;
+      out.mid_update = true;
+      out.sequence = s->seq.load(std::memory_order_relaxed);
+      return status(errc::busy, where(path_) + "slot " + std::to_string(index) + " stayed mid-update past " +
+                                    std::to_string(opt_.reader_bound.count()) + " ms (writer pid " +
+                                    std::to_string(out.pid) + " is alive)");
+    }
+    // The writer died inside its update: repair instead of waiting for it.
+    if (lock_held) {
+      (void)repair_locked(false);
+    } else {
+      auto g = lock();
+      if (!g) return g.error();
+      (void)repair_locked(false);
+    }
+    repaired = true;
+    deadline = clock_type::now() + opt_.reader_bound;
+    n = 0;
+  }
+}
+
+result<counters> region::own_usage(std::uint32_t device) {
+  if (h_ == nullptr || slot_index_ < 0) return status(errc::refused, "accounting: own_usage: not registered");
+  if (device >= devices_) return status(errc::invalid_argument, "accounting: own_usage: device out of range");
+  slot_info info;
+  bool repaired = false;
+  if (auto st = read_slot(static_cast<std::uint32_t>(slot_index_), false, info, repaired); !st) return st;
+  return info.devices[device];
+}
+
+result<counters> region::slots_sum(std::uint32_t device) {
+  if (h_ == nullptr) return status(errc::refused, where(path_) + "detached");
+  if (device >= devices_) return status(errc::invalid_argument, "accounting: slots_sum: device out of range");
+  counters sum;
+  for (std::uint32_t i = 0; i < max_slots_; ++i) {
+    const slot* s = detail::slot_at(h_, i);
+    counters c;
+    std::uint64_t q = 0;
+    bool got = false;
+    for (int n = 0; n < 64 && !got; ++n) {
+      if (s->pid.load(std::memory_order_acquire) == 0) break;
+      got = try_read_device(s, device, c, q);
+      if (!got) cpu_relax();
+    }
+    if (!got) {
+      if (s->pid.load(std::memory_order_acquire) == 0) continue;
+      // Slow path: the full bounded read with liveness and repair.
+      slot_info info;
+      bool repaired = false;
+      if (auto st = read_slot(i, false, info, repaired); !st) return st;
+      if (info.state == slot_state::free) continue;
+      c = info.devices[device];
+    }
+    sum.total += c.total;
+    sum.context += c.context;
+    sum.module += c.module;
+    sum.data += c.data;
+  }
+  return sum;
+}
+
+result<usage_snapshot> region::snapshot() {
+  if (h_ == nullptr) return status(errc::refused, where(path_) + "detached");
+  usage_snapshot out;
+  out.limits_bytes.assign(h_->limit_bytes, h_->limit_bytes + devices_);
+  out.aggregate_bytes.resize(devices_);
+  for (std::uint32_t d = 0; d < devices_; ++d) out.aggregate_bytes[d] = h_->aggregate[d].load(std::memory_order_acquire);
+  out.live_sum.assign(devices_, counters{});
+  const bool pid_only = FAULTLINE_BUG("bug/accounting/pid-only-liveness");
+  for (std::uint32_t i = 0; i < max_slots_; ++i) {
+    slot_info info;
+    bool repaired = false;
+    status st = read_slot(i, false, info, repaired);
+    if (!st && st.code() != errc::busy) return st;
+    if (info.state == slot_state::free && info.pid == 0) continue;
+    if (!info.mid_update) {
+      info.state = detail::process_liveness(info.pid, info.start_time, pid_only) == detail::liveness::alive
+                       ? slot_state::alive
+                       : slot_state::dead;
+      if (info.state == slot_state::alive) {
+        for (std::uint32_t d = 0; d < devices_; ++d) {
+          out.live_sum[d].total += info.devices[d].total;
+          out.live_sum[d].context += info.devices[d].context;
+          out.live_sum[d].module += info.devices[d].module;
+          out.live_sum[d].data += info.devices[d].data;
+        }
+      }
+    }
+    out.slots.push_back(std::move(info));
+  }
+  return out;
+}
+
+// --- the watcher ----------------------------------------------------------------------------------
+
+status region::publish_utilisation(std::uint32_t device, std::uint32_t percent) {
+  if (h_ == nullptr) return status(errc::refused, where(path_) + "detached");
+  if (device >= devices_) return status(errc::invalid_argument, "accounting: publish_utilisation: device out of range");
+  auto g = lock();
+  if (!g) return g.error();
+  h_->utilisation[device].store(percent, std::memory_order_relaxed);
+  h_->utilisation_ns[device].store(realtime_ns(), std::memory_order_release);
+  return status::ok();
+}
+
+status region::watch_once(std::uint32_t device, const std::function<result<std::uint32_t>()>& query) {
+  if (h_ == nullptr) return status(errc::refused, where(path_) + "detached");
+  if (device >= devices_) return status(errc::invalid_argument, "accounting: watch_once: device out of range");
+  if (FAULTLINE_BUG("bug/accounting/query-under-lock")) {
+    // Pre-fix: the device query (NVML, possibly seconds) runs with every process's lock held.
+    auto g = lock();
+    if (!g) return g.error();
+    auto v = query();
+    if (!v) return v.error();
+    h_->utilisation[device].store(*v, std::memory_order_relaxed);
+    h_->utilisation_ns[device].store(realtime_ns(), std::memory_order_release);
+    return status::ok();
+  }
+  auto v = query();
+  if (!v) return v.error();
+  return publish_utilisation(device, *v);
+}
+
+result<std::uint32_t> region::utilisation(std::uint32_t device) const noexcept {
+  if (h_ == nullptr) return status(errc::refused, where(path_) + "detached");
+  if (device >= devices_) return status(errc::invalid_argument, "accounting: utilisation: device out of range");
+  return h_->utilisation[device].load(std::memory_order_acquire);
+}
+
+// --- tools ----------------------------------------------------------------------------------------
+
+status validate(const std::string& path) {
+  const int fd = open_region(path, O_RDONLY);
+  if (fd < 0) return open_error(errno, path);
+  auto v = validate_fd(fd, path);
+  ::close(fd);
+  return v ? status::ok() : v.error();
+}
+
+result<region_report> inspect(const std::string& path) {
+  const int fd = open_region(path, O_RDONLY);
+  if (fd < 0) return open_error(errno, path);
+  auto v = validate_fd(fd, path);
+  if (!v) {
+    ::close(fd);
+    return v.error();
+  }
+  void* base = ::mmap(nullptr, v->bytes, PROT_READ, MAP_SHARED, fd, 0);
+  const int map_err = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) return status::from_errno(map_err, "mmap " + path);
+  const auto* h = static_cast<const header*>(base);
+
+  region_report rep;
+  rep.path = path;
+  rep.file_bytes = v->bytes;
+  rep.owner_uid = v->uid;
+  rep.mode = v->mode;
+  rep.magic = v->magic;
+  rep.abi_version = v->abi_version;
+  rep.header_size = v->header_size;
+  rep.slot_size = v->slot_size;
+  rep.device_count = v->devices;
+  rep.max_slots = v->max_slots;
+  const std::uint32_t devices = v->devices;
+  rep.limits_bytes.assign(h->limit_bytes, h->limit_bytes + devices);
+  for (std::uint32_t d = 0; d < devices; ++d) {
+    rep.aggregate_bytes.push_back(h->aggregate[d].load(std::memory_order_acquire));
+    rep.utilisation_percent.push_back(h->utilisation[d].load(std::memory_order_relaxed));
+  }
+  rep.live_sum.assign(devices, counters{});
+  rep.occupancy = h->occupancy.load(std::memory_order_acquire);
+  rep.lock_owner_pid = h->lock_owner_pid.load(std::memory_order_acquire);
+  rep.repairs = h->repairs.load(std::memory_order_relaxed);
+  rep.occupancy_violations = h->occupancy_violations.load(std::memory_order_relaxed);
+  rep.slots_reclaimed = h->slots_reclaimed.load(std::memory_order_relaxed);
+
+  for (std::uint32_t i = 0; i < v->max_slots; ++i) {
+    const slot* s = detail::slot_at(h, i);
+    slot_info info;
+    info.index = i;
+    info.pid = s->pid.load(std::memory_order_acquire);
+    if (info.pid == 0) continue;
+    info.start_time = s->start_time.load(std::memory_order_relaxed);
+    bool got = false;
+    const auto deadline = clock_type::now() + std::chrono::milliseconds(20);
+    for (int n = 0; !got; ++n) {
+      got = try_read_slot(s, devices, info);
+      if (got || clock_type::now() >= deadline) break;
+      if (n > 64) sched_yield();
+    }
+    info.state = detail::process_liveness(info.pid, info.start_time) == detail::liveness::alive ? slot_state::alive
+                                                                                                 : slot_state::dead;
+    if (!got) {
+      info.mid_update = true;
+      info.sequence = s->seq.load(std::memory_order_relaxed);
+      info.devices.resize(devices);
+      for (std::uint32_t d = 0; d < devices; ++d) {
+        info.devices[d] = counters{s->counters[d][detail::c_total].load(std::memory_order_relaxed),
+                                   s->counters[d][detail::c_context].load(std::memory_order_relaxed),
+                                   s->counters[d][detail::c_module].load(std::memory_order_relaxed),
+                                   s->counters[d][detail::c_data].load(std::memory_order_relaxed)};
+      }
+      if (info.state == slot_state::dead) {
+        rep.no_dead_odd_slot = false;
+        rep.problems.push_back("slot " + std::to_string(i) + " was left mid-update by dead pid " +
+                               std::to_string(info.pid));
+      }
+    } else {
+      for (std::uint32_t d = 0; d < devices; ++d) {
+        if (!info.devices[d].consistent()) {
+          rep.slots_consistent = false;
+          rep.problems.push_back("slot " + std::to_string(i) + " device " + std::to_string(d) + ": total " +
+                                 std::to_string(info.devices[d].total) + " != context+module+data");
+        }
+      }
+      if (info.state == slot_state::alive) {
+        for (std::uint32_t d = 0; d < devices; ++d) {
+          rep.live_sum[d].total += info.devices[d].total;
+          rep.live_sum[d].context += info.devices[d].context;
+          rep.live_sum[d].module += info.devices[d].module;
+          rep.live_sum[d].data += info.devices[d].data;
+        }
+      }
+    }
+    rep.slots.push_back(std::move(info));
+  }
+  for (std::uint32_t d = 0; d < devices; ++d) {
+    if (rep.aggregate_bytes[d] != rep.live_sum[d].total) {
+      rep.aggregates_match = false;
+      rep.problems.push_back("device " + std::to_string(d) + ": aggregate " + std::to_string(rep.aggregate_bytes[d]) +
+                             " != " + std::to_string(rep.live_sum[d].total) + " charged by live slots");
+    }
+  }
+  if (rep.occupancy != 0) {
+    rep.occupancy_zero = false;
+    rep.problems.push_back("occupancy " + std::to_string(rep.occupancy) + " (lock holder pid " +
+                           std::to_string(rep.lock_owner_pid) + ")");
+  }
+  ::munmap(base, v->bytes);
+  return rep;
+}
+
+result<repair_report> repair(const std::string& path, const options& opt) {
+  options o = opt;
+  o.exit_handlers = false;
+  auto r = region::attach(path, o);
+  if (!r) return r.error();
+  return (*r)->repair();
+}
+
+}  // namespace faultline::accounting
