@@ -18,6 +18,7 @@
 #include "harness/detail/sys.h"
 #include "harness/duration.h"
 #include "harness/process.h"
+#include "harness/region_cli.h"
 #include "harness/scenario_catalog.h"
 #include "harness/summary.h"
 
@@ -598,10 +599,18 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   verify->add_option("scenario", verify_a.names, "scenario names or patterns (default: all)");
   add_common(verify, verify_a, false);
 
+  std::string region_path;
+  bool region_repair = false, region_json = false;
+  auto* region = app.add_subcommand("region", "inspect (and --repair) a shared accounting region: faultline region PATH");
+  region->add_option("path", region_path, "the region file (e.g. /dev/shm/faultline-accounting)")->required();
+  region->add_flag("--repair", region_repair,
+                   "reclaim dead processes' slots, repair slots left mid-update, recompute the aggregates (takes the lock)");
+  region->add_flag("--json", region_json, "print the report as one JSON object");
+
   // CLI11 reports a misspelt subcommand as a missing one; name it instead.
-  if (args.size() > 1 && !args[1].empty() && args[1][0] != '-' && 
-      args[1] != "list" && args[1] != "run" && args[1] != "exec" && args[1] != "verify") {
-    ctx.err << "faultline: error: unknown subcommand '" << args[1] << "' (expected list, run, exec or verify)\n"
+  if (args.size() > 1 && !args[1].empty() && args[1][0] != '-' && args[1] != "list" && args[1] != "run" &&
+      args[1] != "exec" && args[1] != "verify" && args[1] != "region") {
+    ctx.err << "faultline: error: unknown subcommand '" << args[1] << "' (expected list, run, exec, verify or region)\n"
             << "Run 'faultline --help' for usage.\n";
     return exit_usage;
   }
@@ -623,6 +632,7 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
     if (run->parsed()) return cmd_run(run_a, ctx);
     if (exec->parsed()) return cmd_exec(exec_a, exec_cmd, ctx);
     if (verify->parsed()) return cmd_verify(verify_a, ctx);
+    if (region->parsed()) return region_command(region_path, region_repair, region_json, ctx.out, ctx.err);
   } catch (const usage_error& e) {
     ctx.err << "faultline: error: " << e.message << "\nRun 'faultline --help' for usage.\n";
     return exit_usage;
