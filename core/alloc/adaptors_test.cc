@@ -4,7 +4,11 @@
 // seen by several adaptors. A test upstream refuses sizes or fails frees on demand.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -12,6 +16,7 @@
 #include "core/alloc/device_resource.h"
 #include "core/alloc/limiting_adaptor.h"
 #include "core/alloc/pool_resource.h"
+#include "core/alloc/region_account.h"
 #include "core/alloc/statistics_adaptor.h"
 #include "core/alloc/tracking_adaptor.h"
 
@@ -208,6 +213,53 @@ TEST(limiting_adaptor, adaptors_sharing_an_account_share_one_budget) {
   ASSERT_TRUE(r);
   EXPECT_EQ(budget.charged_bytes(), 3000u);
   ASSERT_TRUE(b.deallocate(*r, 3000));
+}
+
+TEST(limiting_adaptor, over_the_shared_region_another_process_charges_the_same_budget) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("fl_region_account." + std::to_string(::getpid()))).string();
+  std::filesystem::remove(path);
+  accounting::options opts;
+  opts.limits_bytes = {10000};
+  opts.exit_handlers = false;
+  auto r = accounting::region::create_or_attach(path, opts);
+  ASSERT_TRUE(r) << r.error().message();
+  ASSERT_TRUE((*r)->register_process());
+  region_byte_account account(**r, 0);
+  test_upstream upstream(dev());
+  limiting_adaptor capped(upstream, account);
+  EXPECT_EQ(capped.limit_bytes(), 10000u);
+  void* a = *capped.allocate(6000);
+  // Another process charges 3000 and dies without its exit cleanup (as by SIGKILL).
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto other = accounting::region::attach(path, opts);
+    const bool ok = other && (*other)->register_process() && (*other)->charge(0, accounting::kind::data, 3000);
+    ::_exit(ok ? 0 : 1);  // no destructors: the slot stays charged
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  EXPECT_EQ(capped.allocated_bytes(), 9000u);  // the node's usage, not this process's
+  auto over = capped.allocate(2000);
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.code(), errc::out_of_memory);
+  EXPECT_EQ(capped.refused_count(), 1u);
+  EXPECT_EQ(upstream.requests().size(), 1u);
+  EXPECT_EQ(*(*r)->usage(0), 9000u);  // the refusal left every counter exact
+  // Repair reclaims the dead process's bytes; then the allocation fits.
+  auto rep = (*r)->repair();
+  ASSERT_TRUE(rep) << rep.error().message();
+  EXPECT_EQ(rep->dead_slots_reclaimed, 1u);
+  void* b = *capped.allocate(2000);
+  EXPECT_EQ(capped.allocated_bytes(), 8000u);
+  ASSERT_TRUE(capped.deallocate(a, 6000));
+  ASSERT_TRUE(capped.deallocate(b, 2000));
+  EXPECT_EQ(*(*r)->usage(0), 0u);
+  EXPECT_EQ((*(*r)->own_usage(0)).data, 0u);
+  (void)(*r)->detach();
+  std::filesystem::remove(path);
 }
 
 TEST(limiting_adaptor, concurrent_charges_never_pass_the_limit_and_end_at_zero) {
