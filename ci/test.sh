@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the unit and end-to-end tests (CTest), `faultline verify` on the simulated
-# device, the pytest driver's tests, then the unit tests again under ASan+UBSan.
+# device, the pytest driver's tests, then the unit tests again under ASan+UBSan, the shared
+# accounting's tests under TSan, and the region validator's fuzz target for a minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export FAULTLINE_DEVICE=${FAULTLINE_DEVICE:-sim}
@@ -15,4 +16,16 @@ ci/setup.sh build-asan -DFAULTLINE_SANITIZE=address,undefined -DFAULTLINE_BENCHM
 (cd build-asan &&
   ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0 \
   ctest --output-on-failure --parallel "$(nproc)" --timeout 600 -LE no-sanitize)
+# ThreadSanitizer over the shared accounting (lock, seqlock, slots: threads writing and reading one
+# region); only the test binary that needs it is built.
+cmake -S . -B build-tsan -G Ninja -DFAULTLINE_SANITIZE=thread -DFAULTLINE_BENCHMARKS=OFF -DFAULTLINE_CUDA=OFF >/dev/null
+cmake --build build-tsan --target accounting_test
+TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/accounting_test --gtest_brief=1
+
+# The region validator under libFuzzer (clang, ASan+UBSan) for a bounded time.
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFAULTLINE_FUZZ=ON \
+  -DFAULTLINE_SANITIZE=address,undefined -DFAULTLINE_TESTS=OFF -DFAULTLINE_BENCHMARKS=OFF -DFAULTLINE_CUDA=OFF >/dev/null
+cmake --build build-fuzz --target accounting_fuzz
+mkdir -p build-fuzz/corpus
+build-fuzz/bin/accounting_fuzz -max_total_time=60 -timeout=10 -print_final_stats=1 build-fuzz/corpus 2>&1 | tail -3
 echo "ci/test.sh: all tests passed"

@@ -28,6 +28,18 @@ namespace faultline::accounting {
 
 namespace {
 
+// ThreadSanitizer does not model fences: under it, the seqlock's counter accesses carry the
+// ordering themselves (acquire loads, release stores) and the fences go away.
+#if defined(__SANITIZE_THREAD__)
+constexpr std::memory_order counter_load = std::memory_order_acquire;
+constexpr std::memory_order counter_store = std::memory_order_release;
+inline void seqlock_fence(std::memory_order) noexcept {}
+#else
+constexpr std::memory_order counter_load = std::memory_order_relaxed;
+constexpr std::memory_order counter_store = std::memory_order_relaxed;
+inline void seqlock_fence(std::memory_order order) noexcept { std::atomic_thread_fence(order); }
+#endif
+
 using detail::header;
 using detail::slot;
 using clock_type = std::chrono::steady_clock;
@@ -69,12 +81,12 @@ bool try_read_slot(const slot* s, std::uint32_t devices, slot_info& out) noexcep
   out.devices.resize(devices);
   for (std::uint32_t d = 0; d < devices; ++d) {
     counters& c = out.devices[d];
-    c.total = s->counters[d][detail::c_total].load(std::memory_order_relaxed);
-    c.context = s->counters[d][detail::c_context].load(std::memory_order_relaxed);
-    c.module = s->counters[d][detail::c_module].load(std::memory_order_relaxed);
-    c.data = s->counters[d][detail::c_data].load(std::memory_order_relaxed);
+    c.total = s->counters[d][detail::c_total].load(counter_load);
+    c.context = s->counters[d][detail::c_context].load(counter_load);
+    c.module = s->counters[d][detail::c_module].load(counter_load);
+    c.data = s->counters[d][detail::c_data].load(counter_load);
   }
-  std::atomic_thread_fence(std::memory_order_acquire);
+  seqlock_fence(std::memory_order_acquire);
   const std::uint64_t q2 = s->seq.load(std::memory_order_relaxed);
   out.sequence = q1;
   return q1 == q2;
@@ -84,11 +96,11 @@ bool try_read_slot(const slot* s, std::uint32_t devices, slot_info& out) noexcep
 bool try_read_device(const slot* s, std::uint32_t d, counters& c, std::uint64_t& seq) noexcept {
   const std::uint64_t q1 = s->seq.load(std::memory_order_acquire);
   if ((q1 & 1) != 0) return false;
-  c.total = s->counters[d][detail::c_total].load(std::memory_order_relaxed);
-  c.context = s->counters[d][detail::c_context].load(std::memory_order_relaxed);
-  c.module = s->counters[d][detail::c_module].load(std::memory_order_relaxed);
-  c.data = s->counters[d][detail::c_data].load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);
+  c.total = s->counters[d][detail::c_total].load(counter_load);
+  c.context = s->counters[d][detail::c_context].load(counter_load);
+  c.module = s->counters[d][detail::c_module].load(counter_load);
+  c.data = s->counters[d][detail::c_data].load(counter_load);
+  seqlock_fence(std::memory_order_acquire);
   seq = q1;
   return s->seq.load(std::memory_order_relaxed) == q1;
 }
@@ -100,7 +112,7 @@ bool acquire_slot_write(slot* s, clock_type::time_point deadline, std::uint64_t&
     std::uint64_t q = s->seq.load(std::memory_order_relaxed);
     if ((q & 1) == 0 && s->seq.compare_exchange_weak(q, q + 1, std::memory_order_acquire, std::memory_order_relaxed)) {
       // Orders the counter stores after the odd sequence is visible (Boehm's seqlock writer).
-      std::atomic_thread_fence(std::memory_order_release);
+      seqlock_fence(std::memory_order_release);
       taken = q;
       return true;
     }
@@ -130,7 +142,6 @@ struct registration {
 constexpr int registration_count = 64;
 registration table[registration_count];
 std::atomic<bool> locking_exit_handler_bug{false};
-std::atomic<bool> pid_only_bug_at_exit{false};
 
 int claim_registration() noexcept {
   for (int i = 0; i < registration_count; ++i) {
@@ -162,9 +173,9 @@ bool release_slot(header* h, slot* s, pid_t owner, std::uint64_t start, std::uin
   if (got) {
     if (at_exit) (void)FAULTLINE_POINT("accounting/exit/cleanup");
     for (std::uint32_t d = 0; d < devices; ++d) {
-      const std::uint64_t t = s->counters[d][detail::c_total].load(std::memory_order_relaxed);
+      const std::uint64_t t = s->counters[d][detail::c_total].load(counter_load);
       if (t != 0) h->aggregate[d].fetch_sub(t, std::memory_order_acq_rel);
-      for (auto& c : s->counters[d]) c.store(0, std::memory_order_relaxed);
+      for (auto& c : s->counters[d]) c.store(0, counter_store);
     }
     s->seq.store(q + 2, std::memory_order_release);
     s->start_time.store(0, std::memory_order_relaxed);
@@ -450,9 +461,9 @@ bool reclaim_dead_slot(header* h, slot* s, std::uint32_t devices) noexcept {
   const std::uint64_t q = s->seq.load(std::memory_order_acquire);
   const bool odd = (q & 1) != 0;
   for (std::uint32_t d = 0; d < devices; ++d) {
-    const std::uint64_t t = s->counters[d][detail::c_total].load(std::memory_order_relaxed);
+    const std::uint64_t t = s->counters[d][detail::c_total].load(counter_load);
     if (!odd && t != 0) h->aggregate[d].fetch_sub(t, std::memory_order_acq_rel);
-    for (auto& c : s->counters[d]) c.store(0, std::memory_order_relaxed);
+    for (auto& c : s->counters[d]) c.store(0, counter_store);
   }
   s->seq.store(odd ? q + 1 : q + 2, std::memory_order_release);
   s->start_time.store(0, std::memory_order_relaxed);
@@ -774,7 +785,7 @@ status region::register_process() {
   const std::uint64_t q = s->seq.load(std::memory_order_relaxed);
   if ((q & 1) != 0) s->seq.store(q + 1, std::memory_order_relaxed);
   for (std::uint32_t d = 0; d < devices_; ++d) {
-    for (auto& c : s->counters[d]) c.store(0, std::memory_order_relaxed);
+    for (auto& c : s->counters[d]) c.store(0, counter_store);
   }
   s->start_time.store(start, std::memory_order_relaxed);
   s->pid.store(pid, std::memory_order_release);
@@ -827,7 +838,7 @@ status region::write_slot(std::uint32_t device, kind k, std::uint64_t bytes, boo
     // Pre-fix: a seqlock without writer exclusion: two writers both bump the sequence, so it can
     // read even while both are inside, and their read-modify-writes interleave.
     s->seq.fetch_add(1, std::memory_order_acq_rel);
-    std::atomic_thread_fence(std::memory_order_release);
+    seqlock_fence(std::memory_order_release);
   } else if (!acquire_slot_write(s, clock_type::now() + std::max(opt_.reader_bound, std::chrono::milliseconds(1000)), q)) {
     return status(errc::busy, std::string("accounting: ") + op + ": slot " + std::to_string(slot_index_) +
                                   " stayed mid-update by another thread past the bound");
@@ -866,18 +877,18 @@ status region::write_slot(std::uint32_t device, kind k, std::uint64_t bytes, boo
                                              std::to_string(limit) + " bytes: " + std::to_string(before) +
                                              " in use, " + std::to_string(bytes) + " more requested");
     }
-    part.store(part.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
-    total.store(total.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+    part.store(part.load(counter_load) + bytes, counter_store);
+    total.store(total.load(counter_load) + bytes, counter_store);
   } else {
-    const std::uint64_t have = part.load(std::memory_order_relaxed);
+    const std::uint64_t have = part.load(counter_load);
     if (have < bytes) {
       end();
       return status(errc::invalid_argument, "accounting: release: device " + std::to_string(device) + ": " +
                                                 std::to_string(bytes) + " bytes asked back, this process holds " +
                                                 std::to_string(have));
     }
-    part.store(have - bytes, std::memory_order_relaxed);
-    total.store(total.load(std::memory_order_relaxed) - bytes, std::memory_order_relaxed);
+    part.store(have - bytes, counter_store);
+    total.store(total.load(counter_load) - bytes, counter_store);
     aggregate.fetch_sub(bytes, std::memory_order_acq_rel);
   }
   end();
@@ -1119,10 +1130,10 @@ result<region_report> inspect(const std::string& path) {
       info.sequence = s->seq.load(std::memory_order_relaxed);
       info.devices.resize(devices);
       for (std::uint32_t d = 0; d < devices; ++d) {
-        info.devices[d] = counters{s->counters[d][detail::c_total].load(std::memory_order_relaxed),
-                                   s->counters[d][detail::c_context].load(std::memory_order_relaxed),
-                                   s->counters[d][detail::c_module].load(std::memory_order_relaxed),
-                                   s->counters[d][detail::c_data].load(std::memory_order_relaxed)};
+        info.devices[d] = counters{s->counters[d][detail::c_total].load(counter_load),
+                                   s->counters[d][detail::c_context].load(counter_load),
+                                   s->counters[d][detail::c_module].load(counter_load),
+                                   s->counters[d][detail::c_data].load(counter_load)};
       }
       if (info.state == slot_state::dead) {
         rep.no_dead_odd_slot = false;
