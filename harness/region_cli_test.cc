@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -95,7 +96,9 @@ TEST_F(region_cli, files_that_are_not_regions_are_one_line_errors_with_status_tw
   ASSERT_TRUE(acc::region::create_or_attach(path("real"), opts()));
   fs::resize_file(path("real"), 100);  // truncated
   fs::create_symlink(path("garbage"), path("link"));
-  for (const char* name : {"missing", "garbage", "empty", "real", "link"}) {
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);  // must not wait for a writer
+  fs::create_directory(path("dir"));
+  for (const char* name : {"missing", "garbage", "empty", "real", "link", "fifo", "dir"}) {
     auto o = region(path(name));
     EXPECT_EQ(o.status, 2) << name << ": " << o.out;
     EXPECT_TRUE(o.out.empty()) << name;

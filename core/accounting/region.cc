@@ -265,6 +265,7 @@ status install_exit_handlers() {
 // --- files --------------------------------------------------------------------------------------
 
 status open_error(int err, const std::string& path) {
+  if (err == EISDIR) return status(errc::refused, where(path) + "is not a regular file");
   if (err == ELOOP) {
     return status(errc::refused, where(path) + "is a symbolic link; refusing to follow it (O_NOFOLLOW)");
   }
@@ -275,7 +276,9 @@ status open_error(int err, const std::string& path) {
 int open_region(const std::string& path, int flags) noexcept {
   int fd;
   do {
-    fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO for reading must not wait for a writer (a region is never one;
+    // validate_fd says so). For a regular file it changes nothing.
+    fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   } while (fd < 0 && errno == EINTR);
   return fd;
 }
