@@ -3,13 +3,23 @@
 //   faultline-scenarios list [--json]
 //   faultline-scenarios run NAME        (reads FAULTLINE_SEED, FAULTLINE_FAULTS, FAULTLINE_RUN_DIR)
 //
+// Multi-process scenarios start their helper processes as `faultline-scenarios worker NAME ARG...`
+// (hidden: not in the usage text), with FAULTLINE_SEED and FAULTLINE_FAULTS chosen by the scenario.
+// A worker dies with the process that started it (PR_SET_PDEATHSIG), so one run by hand leaves
+// none behind.
+//
 // Exit status of `run`: 0 pass, 1 an invariant was violated, 2 bad usage or set-up error; a
 // crash is a crash. Runs are normally started by `faultline run`, which adds the outer timeout,
 // stacks and classification; running one by hand is how a failure is debugged.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -68,6 +78,18 @@ int run(std::string_view name) {
   return fs::run_scenario(*s, faultline::faults::current_seed());
 }
 
+int worker(std::string_view name, std::vector<std::string> args) {
+  // The starter may already be gone (killed by a timeout): then so must we.
+  const pid_t starter = ::getppid();
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != starter) return 2;
+  faultline::agent::install();
+  if (auto st = faultline::faults::configure_from_environment(); !st) {
+    std::fprintf(stderr, "faultline-scenarios worker: %s\n", st.to_string().c_str());
+    return 2;
+  }
+  return fs::run_worker(name, args, faultline::faults::current_seed());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,6 +98,7 @@ int main(int argc, char** argv) {
     return list(argc == 3);
   }
   if (cmd == "run" && argc == 3) return run(argv[2]);
+  if (cmd == "worker" && argc >= 3) return worker(argv[2], std::vector<std::string>(argv + 3, argv + argc));
   if (cmd == "-h" || cmd == "--help") {
     std::fputs(usage, stdout);
     return 0;

@@ -114,10 +114,30 @@ const scenario* registry::find(std::string_view name) const noexcept {
   return nullptr;
 }
 
+core::status registry::add_worker(std::string name, worker_fn fn) {
+  if (!valid_name(name)) {
+    return {core::errc::invalid_argument, "worker name '" + name + "' must be family/name in lower case"};
+  }
+  if (find_worker(name) != nullptr) {
+    return {core::errc::already_exists, "worker '" + name + "' registered twice"};
+  }
+  if (!fn) return {core::errc::invalid_argument, "worker '" + name + "' has no body"};
+  workers_.emplace_back(std::move(name), std::move(fn));
+  return {};
+}
+
+const worker_fn* registry::find_worker(std::string_view name) const noexcept {
+  for (const auto& [n, fn] : workers_) {
+    if (n == name) return &fn;
+  }
+  return nullptr;
+}
+
 const registry& catalog() {
   static const registry* r = [] {
     auto* built = new registry();
     register_exit_scenarios(*built);
+    register_accounting_scenarios(*built);
     return built;
   }();
   return *r;
@@ -142,6 +162,16 @@ int run_scenario(const scenario& s, std::uint64_t seed) {
   s.run(ctx);
   agent::mark(agent::marker_work_end);
   return ctx.violations() == 0 ? 0 : 1;
+}
+
+int run_worker(std::string_view name, const std::vector<std::string>& args, std::uint64_t seed) {
+  const worker_fn* fn = catalog().find_worker(name);
+  if (fn == nullptr) {
+    std::fprintf(stderr, "faultline-scenarios: no worker named '%.*s'\n", static_cast<int>(name.size()), name.data());
+    return 2;
+  }
+  rng random(seed);
+  return (*fn)(args, random);
 }
 
 }  // namespace faultline::scenarios

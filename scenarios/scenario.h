@@ -19,6 +19,10 @@
 // `check_at_exit` and run by an atexit hook that the runner registers before the device runtime
 // initialises, so it runs after the runtime's teardown.
 //
+// A scenario that needs several processes starts them as re-execs of the scenario binary running a
+// registered worker (`faultline-scenarios worker NAME ARG...`, a mode the usage text does not
+// list): never a fork of a process whose device runtime may be up (GoogleTest death-test style).
+//
 // Thread safety: a context may be used from the scenario's threads; checks are serialised.
 #pragma once
 
@@ -27,6 +31,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -89,6 +94,11 @@ class context {
   std::size_t violations_ = 0;
 };
 
+/// The body of a helper process of a multi-process scenario: gets the arguments after its name
+/// and the process's generator (seeded from FAULTLINE_SEED, which the starting scenario derives
+/// from its own seed), returns the process's exit status.
+using worker_fn = std::function<int(const std::vector<std::string>& args, rng& random)>;
+
 /// The catalog. `all()` is in registration order; names are unique.
 class registry {
  public:
@@ -97,8 +107,13 @@ class registry {
   [[nodiscard]] const std::vector<scenario>& all() const noexcept { return scenarios_; }
   [[nodiscard]] const scenario* find(std::string_view name) const noexcept;
 
+  /// Adds a worker (a helper process's body) named family/name; same name rules as add().
+  core::status add_worker(std::string name, worker_fn fn);
+  [[nodiscard]] const worker_fn* find_worker(std::string_view name) const noexcept;
+
  private:
   std::vector<scenario> scenarios_;
+  std::vector<std::pair<std::string, worker_fn>> workers_;
 };
 
 /// The full catalog, built once (every family registers itself here explicitly).
@@ -106,9 +121,14 @@ const registry& catalog();
 
 /// Family registration functions, one per scenario family file.
 void register_exit_scenarios(registry& r);
+void register_accounting_scenarios(registry& r);
 
 /// Runs one scenario in this process and returns the process exit status to use (0 pass,
 /// 1 invariant violated). Called by the scenario binary after the agent and faults are set up.
 int run_scenario(const scenario& s, std::uint64_t seed);
+
+/// Runs worker `name` in this process (the hidden `worker` mode of the scenario binary): 2 when no
+/// such worker is registered, else the worker's exit status.
+int run_worker(std::string_view name, const std::vector<std::string>& args, std::uint64_t seed);
 
 }  // namespace faultline::scenarios
