@@ -311,6 +311,8 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
   {
     std::string why;
     const bool in_run_dir = !variants.empty() && variants.front().in_run_dir;
+    std::error_code ec;
+    if (in_run_dir) fs::create_directories(s.out / "runs", ec);  // where the runs' cores will land
     const crash_capture used = resolve_crash_capture(s.crash, &why, in_run_dir ? fs::absolute(s.out / "runs") : fs::path());
     ctx.err << "faultline: containment " << containment_summary() << "\n";
     s.crash_used = to_string(used);

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/core_dump.h"
 #include "harness/detail/proc.h"
 #include "harness/detail/sys.h"
 #include "harness/process.h"
@@ -203,6 +204,21 @@ TEST_F(cli_e2e, run_classifies_injected_crashes_and_hangs) {
   auto h = json_lines(hang.out).at(0);
   EXPECT_EQ(h["outcomes"]["hang"], 1);
   EXPECT_NE(h["repro"].get<std::string>().find("--timeout 1s"), std::string::npos);
+}
+
+TEST_F(cli_e2e, a_scenario_crash_is_read_from_its_core_in_its_own_run_directory) {
+  // Scenarios run in their run directory: cores land there whatever the harness's directory holds
+  // (a source tree's core/ folder stops a relative core_pattern), and the header says core.
+  if (auto why = enable_core_capture(); !why.empty()) GTEST_SKIP() << "no core capture here: " << why;
+  if (auto why = core_destination_problem(std::filesystem::temp_directory_path()); !why.empty()) GTEST_SKIP() << why;
+  auto r = run_faultline({"run", "fake/behave", "--faults", "fake/crash=print", "--json", "--out", out()}, fake_env());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("faultline: crash capture core"), std::string::npos) << r.err;
+  auto j = json_lines(r.out).at(0);
+  EXPECT_EQ(j["crash_capture"], "core");
+  const std::string sig = j["signatures"][0]["signature"];
+  EXPECT_NE(sig, "SIGSEGV") << "the core's stacks name frames\n" << r.err;
+  EXPECT_EQ(sig.rfind("SIGSEGV: ", 0), 0u) << sig;
 }
 
 TEST_F(cli_e2e, until_fail_stops_at_the_first_failure_and_its_repro_replays_it) {
