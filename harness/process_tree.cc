@@ -148,7 +148,10 @@ std::vector<detail::proc_stat> process_tree::alive() {
 }
 
 std::vector<pid_t> process_tree::pids() const {
+  // The leader even when it was never seen: a program that crashes at once may be gone (reaped by
+  // its keeper) before the tree first reads /proc, and its core must still be found by its pid.
   std::vector<pid_t> out;
+  if (!members_.count(leader_)) out.push_back(leader_);
   for (const auto& [pid, m] : members_) out.push_back(pid);
   return out;
 }

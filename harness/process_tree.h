@@ -45,7 +45,7 @@ class process_tree {
   void refresh(const std::vector<detail::proc_stat>& scan);
   /// Members that have not exited (zombies excluded), leader included, in pid order.
   [[nodiscard]] std::vector<detail::proc_stat> alive();
-  /// Every pid ever seen as a member.
+  /// Every pid ever seen as a member, and the leader's in any case.
   [[nodiscard]] std::vector<pid_t> pids() const;
   /// For a run in its own PID namespace: each member seen so far, by its pid as the harness sees
   /// it, mapped to its pid inside the namespace (what the process's getpid(), a core file and

@@ -69,3 +69,22 @@ TEST(process_tree, stale_scan_with_a_reaped_process_neither_loops_nor_adopts_it)
 
 }  // namespace
 }  // namespace faultline::harness
+
+namespace faultline::harness {
+namespace {
+
+TEST(process_tree_leader, a_leader_gone_before_the_tree_saw_it_is_still_among_its_pids) {
+  // A program that crashes at once may be reaped (by its keeper) before the tree reads /proc;
+  // its core is looked up by the tree's pids, so the leader must be there.
+  pid_t gone = ::fork();
+  ASSERT_GE(gone, 0);
+  if (gone == 0) ::_exit(0);
+  int st = 0;
+  ASSERT_EQ(::waitpid(gone, &st, 0), gone);
+  process_tree tree(gone, "/nonexistent/run");
+  EXPECT_TRUE(tree.alive().empty());
+  EXPECT_EQ(tree.pids(), std::vector<pid_t>{gone});
+}
+
+}  // namespace
+}  // namespace faultline::harness
