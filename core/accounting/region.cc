@@ -154,9 +154,11 @@ int claim_registration() noexcept {
 // Releases a slot with atomics only: subtract its counters from the aggregates, zero them, mark
 // the slot free. Returns false when a write stayed in flight past the bound (the slot is then
 // left for lazy reclamation once this process is gone). Async-signal-safe, unless the
-// locking-exit-handler bug point made it take the mutex.
+// locking-exit-handler bug point made it take the mutex, or `at_exit_point` asks for the
+// accounting/exit/cleanup fault point (the fault engine allocates and locks: only the atexit path,
+// never a signal handler, asks for it).
 bool release_slot(header* h, slot* s, pid_t owner, std::uint64_t start, std::uint32_t devices,
-                  bool at_exit, bool locking_bug) noexcept {
+                  bool at_exit_point, bool locking_bug) noexcept {
   if (s->pid.load(std::memory_order_acquire) != owner || s->start_time.load(std::memory_order_relaxed) != start) {
     return true;  // reclaimed already (we were taken for dead): nothing of ours is left
   }
@@ -171,7 +173,7 @@ bool release_slot(header* h, slot* s, pid_t owner, std::uint64_t start, std::uin
   std::uint64_t q = 0;
   const bool got = acquire_slot_write(s, clock_type::now() + std::chrono::milliseconds(200), q);
   if (got) {
-    if (at_exit) (void)FAULTLINE_POINT("accounting/exit/cleanup");
+    if (at_exit_point) (void)FAULTLINE_POINT("accounting/exit/cleanup");
     for (std::uint32_t d = 0; d < devices; ++d) {
       const std::uint64_t t = s->counters[d][detail::c_total].load(counter_load);
       if (t != 0) h->aggregate[d].fetch_sub(t, std::memory_order_acq_rel);
@@ -185,14 +187,15 @@ bool release_slot(header* h, slot* s, pid_t owner, std::uint64_t start, std::uin
   return got;
 }
 
-void cleanup_all_registrations() noexcept {
+void cleanup_all_registrations(bool in_signal_handler) noexcept {
   const pid_t me = ::getpid();
   const bool locking_bug = locking_exit_handler_bug.load(std::memory_order_acquire);
   for (auto& r : table) {
     if (r.state.load(std::memory_order_acquire) != r_active || r.kernel_pid != me) continue;
     int expected = r_active;
     if (!r.state.compare_exchange_strong(expected, r_cleaning, std::memory_order_acq_rel)) continue;
-    (void)release_slot(r.h, r.s, r.owner_pid, r.start_time, r.devices, /*at_exit=*/true, locking_bug);
+    (void)release_slot(r.h, r.s, r.owner_pid, r.start_time, r.devices, /*at_exit_point=*/!in_signal_handler,
+                       locking_bug);
     r.state.store(r_released, std::memory_order_release);
   }
 }
@@ -212,7 +215,7 @@ int signal_slot(int sig) noexcept {
 
 void on_termination_signal(int sig, siginfo_t* info, void* context) {
   const int saved_errno = errno;
-  cleanup_all_registrations();
+  cleanup_all_registrations(/*in_signal_handler=*/true);
   const int i = signal_slot(sig);
   const struct sigaction& prev = previous_actions[i >= 0 ? i : 0];
   if ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
@@ -234,7 +237,7 @@ void on_termination_signal(int sig, siginfo_t* info, void* context) {
 status install_exit_handlers() {
   std::lock_guard<std::mutex> g(install_mutex);
   if (!atexit_installed) {
-    if (std::atexit([] { cleanup_all_registrations(); }) != 0) {
+    if (std::atexit([] { cleanup_all_registrations(/*in_signal_handler=*/false); }) != 0) {
       return status(errc::internal, "accounting: atexit refused to register the exit cleanup");
     }
     atexit_installed = true;
@@ -583,7 +586,7 @@ status region::detach() noexcept {
     registration& r = table[registration_];
     int expected = r_active;
     if (r.state.compare_exchange_strong(expected, r_detaching, std::memory_order_acq_rel)) {
-      (void)release_slot(r.h, r.s, r.owner_pid, r.start_time, r.devices, /*at_exit=*/false, /*locking_bug=*/false);
+      (void)release_slot(r.h, r.s, r.owner_pid, r.start_time, r.devices, /*at_exit_point=*/false, /*locking_bug=*/false);
     } else {
       // The exit cleanup took it; when it runs on another thread, let it finish with the mapping.
       const auto deadline = clock_type::now() + std::chrono::seconds(1);

@@ -43,7 +43,8 @@
 // processes may map one region.
 //
 // Fault points: accounting/lock/held (inside the critical section), accounting/slot/mid-update
-// (between seqlock begin and end), accounting/exit/cleanup (in the exit cleanup). Bug points, each
+// (between seqlock begin and end), accounting/exit/cleanup (in the atexit cleanup; never hit in the
+// signal-handler cleanup, where the fault engine is not async-signal-safe). Bug points, each
 // re-creating a historical bug: bug/accounting/stale-deadline, bug/accounting/locking-exit-handler,
 // bug/accounting/no-seqlock, bug/accounting/no-writer-exclusion, bug/accounting/unbounded-reader,
 // bug/accounting/pid-only-liveness, bug/accounting/query-under-lock.

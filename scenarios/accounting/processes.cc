@@ -1,22 +1,15 @@
 #include "scenarios/accounting/processes.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <thread>
 
 #include "faults/engine.h"
-#include "faults/spec.h"
-
-extern char** environ;
 
 namespace faultline::scenarios::accounting_support {
 
@@ -88,94 +81,21 @@ std::string scratch_region::sibling(std::string_view suffix) {
   return p;
 }
 
-std::string merge_faults(const std::string& spec, std::string_view extra) {
-  auto add = faults::parse(extra);
-  auto base = faults::parse(spec);
-  if (!add || !base) {
-    std::fprintf(stderr, "faultline-scenarios: worker fault spec: %s\n",
-                 (!add ? add.error() : base.error()).to_string().c_str());
-    std::exit(2);
-  }
-  faults::spec out;
-  for (auto& it : base->items) {
-    const bool replaced =
-        std::any_of(add->items.begin(), add->items.end(), [&](const faults::item& a) { return a.point == it.point; });
-    if (!replaced) out.items.push_back(std::move(it));
-  }
-  for (auto& it : add->items) out.items.push_back(std::move(it));
-  return faults::format(out);
-}
+worker_group::worker_group(context& ctx)
+    : ctx_(ctx), launcher_({"/proc/self/exe", "worker"}, faults::current_spec(), ctx.random()) {}
 
 pid_t worker_group::start(std::string_view name, const std::vector<std::string>& args, std::string_view extra_faults,
                           int* go_pipe) {
-  std::string exe = "/proc/self/exe";
-  std::string mode = "worker";
-  std::string worker(name);
-  std::vector<std::string> arg_storage(args);
-  std::vector<char*> argv{exe.data(), mode.data(), worker.data()};
-  for (auto& a : arg_storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  std::vector<std::string> env_storage{
-      "FAULTLINE_SEED=" + std::to_string(ctx_.random().next()),
-      "FAULTLINE_FAULTS=" + merge_faults(faults::current_spec(), extra_faults)};
-  std::vector<char*> envp;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "FAULTLINE_SEED=", 15) != 0 && std::strncmp(*e, "FAULTLINE_FAULTS=", 17) != 0) {
-      envp.push_back(*e);
-    }
-  }
-  for (auto& e : env_storage) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  int fds[2] = {-1, -1};
-  if (go_pipe != nullptr) {
-    if (::pipe2(fds, O_CLOEXEC) != 0) {
-      kill_all();
-      require(ctx_, false, "worker-started", std::strerror(errno));
-    }
-    posix_spawn_file_actions_adddup2(&actions, fds[0], STDIN_FILENO);
-  }
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (go_pipe != nullptr) {
-    ::close(fds[0]);
-    *go_pipe = fds[1];
-  }
-  if (rc != 0) {
+  auto pid = launcher_.start(name, args, extra_faults, go_pipe);
+  if (!pid) {
     kill_all();
-    require(ctx_, false, "worker-started", worker + ": posix_spawn: " + std::strerror(rc));
+    require(ctx_, false, "worker-started", pid.error().to_string());
   }
-  running_.push_back(pid);
-  return pid;
-}
-
-int worker_group::wait(pid_t pid, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    int ws = 0;
-    const pid_t r = ::waitpid(pid, &ws, WNOHANG);
-    if (r == pid) {
-      running_.erase(std::remove(running_.begin(), running_.end(), pid), running_.end());
-      return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    }
-    if (r < 0 && errno != EINTR) return -1;
-    if (std::chrono::steady_clock::now() >= deadline) return -1;
-    sleep_ms(1);
-  }
-}
-
-void worker_group::kill_all() noexcept {
-  for (pid_t pid : running_) ::kill(pid, SIGKILL);
-  for (pid_t pid : running_) {
-    int ws = 0;
-    while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-    }
-  }
-  running_.clear();
+  const faults::worker_record& w = launcher_.workers().back();
+  char seed[32];
+  std::snprintf(seed, sizeof seed, "%#llx", static_cast<unsigned long long>(w.seed));
+  ctx_.note("worker " + w.name + " pid " + std::to_string(w.pid) + " seed " + seed);
+  return *pid;
 }
 
 }  // namespace faultline::scenarios::accounting_support

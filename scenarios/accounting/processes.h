@@ -1,5 +1,6 @@
 // Helpers of the accounting/ scenarios: a region file private to the run, and helper processes
-// started as re-execs of the scenario binary (`faultline-scenarios worker NAME ARG...`).
+// started as re-execs of the scenario binary (`faultline-scenarios worker NAME ARG...`) through
+// faults::launcher.
 //
 //   scratch_region file(ctx, "writer-death");           // $FAULTLINE_RUN_DIR/writer-death.region
 //   worker_group workers(ctx);
@@ -8,10 +9,11 @@
 //   int rc = workers.wait(w, 3s);                        // exit code, 128 + signal, or -1
 //
 // Each worker gets its own seed, drawn from the scenario's generator (so one run seed replays every
-// process), and a fault spec: the scenario's own spec (bug points included: the whole node runs
-// the pre-fix code) with the worker's items added or replacing items naming the same points.
-// Workers still running when the group is destroyed are SIGKILLed and reaped; they also die with
-// the thread that started them (PR_SET_PDEATHSIG), so start them from the scenario's main thread.
+// process) and noted in the run's log, and a fault spec: the scenario's own spec (bug points
+// included: the whole node runs the pre-fix code) with the worker's items added or replacing items
+// naming the same points. Workers still running when the group is destroyed are SIGKILLed and
+// reaped; they also die with the thread that started them (the worker mode sets
+// PR_SET_PDEATHSIG), so start them from the scenario's main thread.
 //
 // Thread safety: a worker_group belongs to one thread.
 #pragma once
@@ -23,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "faults/launcher.h"
 #include "scenarios/scenario.h"
 
 namespace faultline::scenarios::accounting_support {
@@ -49,19 +52,14 @@ class scratch_region {
 /// with _exit, which runs no destructor.
 void require(context& ctx, bool ok, std::string_view invariant, std::string_view detail = {});
 
-/// `spec` with `extra`'s items added; an item of `spec` naming a point `extra` names is dropped.
-/// A malformed `extra` is a catalog bug: reported and the process exits 2.
-std::string merge_faults(const std::string& spec, std::string_view extra);
-
 /// Helper processes of one scenario run.
 class worker_group {
  public:
-  explicit worker_group(context& ctx) : ctx_(ctx) {}
-  ~worker_group() { kill_all(); }
+  explicit worker_group(context& ctx);
   worker_group(const worker_group&) = delete;
   worker_group& operator=(const worker_group&) = delete;
 
-  /// Starts worker `name` with `args`; `extra_faults` is added to the scenario's spec (see above).
+  /// Starts worker `name` with `args`; `extra_faults` is merged into the scenario's spec (above).
   /// With `go_pipe`, the worker's stdin is the read end of a pipe whose write end is returned in
   /// *go_pipe: closing it is a signal every such worker sees at once (EOF). A failed start is a
   /// `require` violation ("worker-started").
@@ -69,13 +67,13 @@ class worker_group {
               int* go_pipe = nullptr);
   /// Waits at most `timeout` for `pid`: its exit code, 128 + signal, or -1 while it still runs
   /// (it is left running).
-  int wait(pid_t pid, std::chrono::milliseconds timeout);
+  int wait(pid_t pid, std::chrono::milliseconds timeout) { return launcher_.wait(pid, timeout); }
   /// SIGKILLs and reaps every worker still running.
-  void kill_all() noexcept;
+  void kill_all() noexcept { launcher_.kill_all(); }
 
  private:
   context& ctx_;
-  std::vector<pid_t> running_;
+  faults::launcher launcher_;
 };
 
 void sleep_ms(int ms);
