@@ -576,6 +576,33 @@ bool wait_pidfd(int pidfd, std::chrono::milliseconds d) {
   }
 }
 
+// A child started by clone_child: its pid (-1 when clone3 failed, with its errno in `error`) and
+// its pidfd.
+struct cloned {
+  pid_t pid = -1;
+  int pidfd = -1;
+  int error = 0;
+};
+
+// clone3 with CLONE_PIDFD and `flags`, every signal blocked across the call and the child recorded
+// as the harness's own (start_owned). The child runs `child_main`, which never returns.
+template <class ChildMain>
+cloned clone_child(std::uint64_t flags, ChildMain&& child_main) {
+  cloned out;
+  clone_args ca{};
+  ca.flags = flags | CLONE_PIDFD;
+  ca.pidfd = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&out.pidfd));
+  ca.exit_signal = SIGCHLD;
+  signals_blocked blocked;
+  out.pid = start_owned([&]() -> pid_t {
+    long r = ::syscall(SYS_clone3, &ca, sizeof ca);
+    if (r == 0) child_main();
+    out.error = errno;
+    return static_cast<pid_t>(r);
+  });
+  return out;
+}
+
 // Kills (when still running) and reaps a child started with start_owned, and forgets it.
 void kill_and_reap(pid_t pid, int pidfd) {
   if (pidfd >= 0) detail::pidfd_send_signal(pidfd, SIGKILL);
@@ -615,22 +642,7 @@ core::status probe_clone(std::uint64_t flags, const char* what) {
   const bool user_ns = (flags & CLONE_NEWUSER) != 0;
   int sync[2] = {-1, -1};
   if (user_ns && ::pipe2(sync, O_CLOEXEC) != 0) return detail::sys_error(errno, "pipe");
-  int pidfd = -1;
-  clone_args ca{};
-  ca.flags = flags | CLONE_PIDFD;
-  ca.pidfd = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&pidfd));
-  ca.exit_signal = SIGCHLD;
-  int clone_errno = 0;
-  pid_t pid;
-  {
-    signals_blocked blocked;
-    pid = start_owned([&]() -> pid_t {
-      long r = ::syscall(SYS_clone3, &ca, sizeof ca);
-      if (r == 0) probe_main(sync[0]);
-      clone_errno = errno;
-      return static_cast<pid_t>(r);
-    });
-  }
+  auto [pid, pidfd, clone_errno] = clone_child(flags, [&] { probe_main(sync[0]); });
   close_fd(sync[0]);
   if (pid < 0) {
     close_fd(sync[1]);
@@ -736,22 +748,7 @@ core::status probe_setns() {
   if (own_pid_namespace() < 0) return detail::sys_error(errno, "open /proc/self/ns/pid");
   int sync[2];
   if (::pipe2(sync, O_CLOEXEC) != 0) return detail::sys_error(errno, "pipe");
-  int pidfd = -1;
-  clone_args ca{};
-  ca.flags = CLONE_NEWPID | CLONE_PIDFD;
-  ca.pidfd = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&pidfd));
-  ca.exit_signal = SIGCHLD;
-  int clone_errno = 0;
-  pid_t pid;
-  {
-    signals_blocked blocked;
-    pid = start_owned([&]() -> pid_t {
-      long r = ::syscall(SYS_clone3, &ca, sizeof ca);
-      if (r == 0) probe_main(sync[0]);
-      clone_errno = errno;
-      return static_cast<pid_t>(r);
-    });
-  }
+  auto [pid, pidfd, clone_errno] = clone_child(CLONE_NEWPID, [&] { probe_main(sync[0]); });
   close_fd(sync[0]);
   if (pid < 0) {
     close_fd(sync[1]);
@@ -937,21 +934,10 @@ core::result<pooled_keeper> new_pooled_keeper() {
   plan.pid_namespace = true;
   plan.lifeline_fd = lifeline().read_fd;
   pooled_keeper k;
-  clone_args ca{};
-  ca.flags = CLONE_NEWPID | CLONE_PIDFD;
-  ca.pidfd = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&k.pidfd));
-  ca.exit_signal = SIGCHLD;
-  int clone_errno = 0;
-  {
-    signals_blocked blocked;
-    k.pid = start_owned([&]() -> pid_t {
-      long r = ::syscall(SYS_clone3, &ca, sizeof ca);
-      if (r == 0) pooled_keeper_main(plan);
-      clone_errno = errno;
-      return static_cast<pid_t>(r);
-    });
-  }
-  if (k.pid < 0) return detail::sys_error(clone_errno, "clone3 (keeper)");
+  const cloned c = clone_child(CLONE_NEWPID, [&] { pooled_keeper_main(plan); });
+  if (c.pid < 0) return detail::sys_error(c.error, "clone3 (keeper)");
+  k.pid = c.pid;
+  k.pidfd = c.pidfd;
   k.ns_fd = ::open(("/proc/" + std::to_string(k.pid) + "/ns/pid").c_str(), O_RDONLY | O_CLOEXEC);
   if (k.ns_fd < 0) {
     auto s = detail::sys_error(errno, "open /proc/PID/ns/pid of a keeper");
@@ -1188,22 +1174,11 @@ core::result<child> spawn_contained(const spawn_options& o, containment_kind kin
   plan.argv = argv.data();
   plan.envp = envp.data();
 
-  int keeper_pidfd = -1;
-  clone_args ca{};
-  ca.flags = CLONE_PIDFD | (pid_ns ? CLONE_NEWPID : 0) | (user_ns ? CLONE_NEWUSER : 0);
-  ca.pidfd = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&keeper_pidfd));
-  ca.exit_signal = SIGCHLD;
-  int clone_errno = 0;
-  pid_t keeper;
-  {
-    signals_blocked blocked;
-    keeper = start_owned([&]() -> pid_t {
-      long r = ::syscall(SYS_clone3, &ca, sizeof ca);
-      if (r == 0) keeper_main(plan);
-      clone_errno = errno;
-      return static_cast<pid_t>(r);
-    });
-  }
+  const cloned started =
+      clone_child((pid_ns ? CLONE_NEWPID : 0) | (user_ns ? CLONE_NEWUSER : 0), [&] { keeper_main(plan); });
+  const pid_t keeper = started.pid;
+  int keeper_pidfd = started.pidfd;
+  const int clone_errno = started.error;
   close_fd(sock[1]);
   close_fd(null_fd);
   close_fd(sync[0]);
