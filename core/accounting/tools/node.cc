@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "core/accounting/region.h"
@@ -131,29 +132,29 @@ int watcher(const std::string& path, const args& a) {
   return 0;
 }
 
-bool parse(int argc, char** argv, args& a, std::vector<std::string>& rest) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    if (k == "--kill-one") {
-      a.kill_one = true;
-    } else if (k == "--bare") {
-      a.bare = true;
-    } else if (k == "--procs" || k == "--size-mib" || k == "--limit-gib" || k == "--seconds") {
-      const char* v = next();
-      if (v == nullptr) return false;
-      char* end = nullptr;
-      const double x = std::strtod(v, &end);
-      if (end == v || *end != '\0' || x <= 0) return false;
-      if (k == "--procs") a.procs = static_cast<int>(x);
-      if (k == "--size-mib") a.size = static_cast<std::uint64_t>(x * (1 << 20));
-      if (k == "--limit-gib") a.limit = static_cast<std::uint64_t>(x * (1ull << 30));
-      if (k == "--seconds") a.seconds = x;
-    } else {
-      rest.push_back(k);
-    }
+// Parses the options; the hidden modes (`worker PATH die|live`, `watcher PATH`) the program starts
+// itself with arrive in `rest`. Returns the exit status to end with, or -1 to go on.
+int parse(int argc, char** argv, args& a, std::vector<std::string>& rest) {
+  CLI::App app{"N processes allocating real device memory through one shared accounting region, a watcher\n"
+               "publishing the device's utilisation, optionally one holder SIGKILLed inside the lock.\n"
+               "Prints one JSON object; exit 0 when every survivor finished and the region is healthy."};
+  app.name("fl_accounting_node");
+  double size_mib = static_cast<double>(a.size >> 20), limit_gib = static_cast<double>(a.limit >> 30);
+  app.add_option("--procs", a.procs, "allocating processes")->check(CLI::Range(1, 60));
+  app.add_option("--size-mib", size_mib, "bytes of each allocation, MiB")->check(CLI::PositiveNumber);
+  app.add_option("--limit-gib", limit_gib, "the region's device limit, GiB")->check(CLI::PositiveNumber);
+  app.add_option("--seconds", a.seconds, "how long the processes allocate")->check(CLI::PositiveNumber);
+  app.add_flag("--kill-one", a.kill_one, "SIGKILL one process while it holds the region's lock");
+  app.add_flag("--bare", a.bare, "allocate from the device directly (the baseline without accounting)");
+  app.add_option("mode", rest)->group("");  // hidden: worker/watcher modes
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
   }
-  return a.procs >= 1 && a.procs <= 60;
+  a.size = static_cast<std::uint64_t>(size_mib * (1 << 20));
+  a.limit = static_cast<std::uint64_t>(limit_gib * (1ull << 30));
+  return -1;
 }
 
 }  // namespace
@@ -161,10 +162,7 @@ bool parse(int argc, char** argv, args& a, std::vector<std::string>& rest) {
 int main(int argc, char** argv) {
   args a;
   std::vector<std::string> rest;
-  if (!parse(argc, argv, a, rest)) {
-    std::fprintf(stderr, "usage: fl_accounting_node [--procs N] [--size-mib M] [--limit-gib G] [--seconds S] [--kill-one] [--bare]\n");
-    return 2;
-  }
+  if (const int rc = parse(argc, argv, a, rest); rc >= 0) return rc == 0 ? 0 : 2;
   if (rest.size() == 3 && rest[0] == "worker") return worker(rest[1], a, rest[2] == "die");
   if (rest.size() == 2 && rest[0] == "watcher") return watcher(rest[1], a);
   if (!rest.empty()) {
