@@ -9,6 +9,12 @@ export FAULTLINE_DEVICE=${FAULTLINE_DEVICE:-sim}
 ci/setup.sh build
 (cd build && ctest --output-on-failure --parallel "$(nproc)" --timeout 300)
 
+# The pytest driver (drivers/pytest): its package in a venv of its own, then its tests (they drive
+# build/bin/faultline).
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q -e 'drivers/pytest[test]'
+.venv/bin/python -m pytest drivers/pytest/tests -q -p no:cacheprovider
+
 # Sanitizer pass: unit tests only (the benchmarks and CUDA backend add nothing under ASan here).
 # Several tests prove that a bug re-created by a bug point dies by SIGSEGV; ASan must leave those
 # signals to the process (and to faultline's crash handler) instead of turning them into exit 1.
