@@ -21,6 +21,7 @@
 #include "harness/region_cli.h"
 #include "harness/scenario_catalog.h"
 #include "harness/summary.h"
+#include "reports/commands.h"
 
 namespace faultline::harness {
 namespace {
@@ -65,8 +66,11 @@ Run k of a scenario or command gets seed S+k (FAULTLINE_SEED); the summary print
 that replays the first failure. Runs are numbered globally and sharded with --shard i/n or
 GTEST_TOTAL_SHARDS/GTEST_SHARD_INDEX (run k belongs to shard k mod n).
 
+`faultline report` writes JUnit XML, Markdown and HTML reports of results (shards merged);
+`faultline gate` fails on a statistically significant regression against a baseline.
+
 Exit status: 0 when every run met its expectation, 1 when one did not, 2 for a usage or
-configuration error, 130 when interrupted.)";
+configuration error, 130 when interrupted (report and gate: see their --help).)";
 
 constexpr const char* run_about = R"(Run scenarios from the scenario binary (faultline-scenarios beside faultline, or
 $FAULTLINE_SCENARIOS). SCENARIO may be a shell pattern ("exit/*"). Each scenario's own timeout is
@@ -609,10 +613,29 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
                    "reclaim dead processes' slots, repair slots left mid-update, recompute the aggregates (takes the lock)");
   region->add_flag("--json", region_json, "print the report as one JSON object");
 
+  reports::report_options report_o;
+  auto* report = app.add_subcommand("report", "write JUnit XML, Markdown and HTML reports: faultline report DIR... [--junit F] [--html F] [--markdown F]");
+  report->footer(reports::report_help);
+  report->add_option("dir", report_o.inputs, "campaign output directories, results.jsonl files, or directories of shard outputs")
+      ->required();
+  report->add_option("--junit", report_o.junit, "write JUnit XML to FILE");
+  report->add_option("--html", report_o.html, "write the self-contained HTML report with plots to FILE");
+  report->add_option("--markdown", report_o.markdown, "write the Markdown summary to FILE ('-': stdout)");
+  report->add_option("--plotly-js", report_o.plotly_js, "plotly.js to embed in the HTML (default: $FAULTLINE_PLOTLY_JS, else python3-plotly's)");
+  report->add_option("--title", report_o.title, "title of the HTML report (default 'faultline report')");
+
+  reports::gate_options gate_o;
+  auto* gate = app.add_subcommand("gate", "fail on a significant regression against a baseline: faultline gate --baseline F --current DIR");
+  gate->footer(reports::gate_help);
+  gate->add_option("--baseline", gate_o.baseline, "the baseline to compare with (written by --write-baseline)");
+  gate->add_option("--write-baseline", gate_o.write_baseline, "write the baseline of the --current results to FILE instead");
+  gate->add_option("--current", gate_o.current, "the results to judge: as faultline report's DIR (repeatable)")->required();
+  gate->add_option("--alpha", gate_o.alpha, "significance level of each variant's one-sided Fisher exact test (default 0.01)");
+
   // CLI11 reports a misspelt subcommand as a missing one; name it instead.
   if (args.size() > 1 && !args[1].empty() && args[1][0] != '-' && args[1] != "list" && args[1] != "run" &&
-      args[1] != "exec" && args[1] != "verify" && args[1] != "region") {
-    ctx.err << "faultline: error: unknown subcommand '" << args[1] << "' (expected list, run, exec, verify or region)\n"
+      args[1] != "exec" && args[1] != "verify" && args[1] != "region" && args[1] != "report" && args[1] != "gate") {
+    ctx.err << "faultline: error: unknown subcommand '" << args[1] << "' (expected list, run, exec, verify, region, report or gate)\n"
             << "Run 'faultline --help' for usage.\n";
     return exit_usage;
   }
@@ -635,6 +658,8 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
     if (exec->parsed()) return cmd_exec(exec_a, exec_cmd, ctx);
     if (verify->parsed()) return cmd_verify(verify_a, ctx);
     if (region->parsed()) return region_command(region_path, region_repair, region_json, ctx.out, ctx.err);
+    if (report->parsed()) return reports::report_command(report_o, ctx.out, ctx.err);
+    if (gate->parsed()) return reports::gate_command(gate_o, ctx.out, ctx.err);
   } catch (const usage_error& e) {
     ctx.err << "faultline: error: " << e.message << "\nRun 'faultline --help' for usage.\n";
     return exit_usage;

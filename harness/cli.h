@@ -1,5 +1,6 @@
-// The `faultline` command: list, run, exec and verify (DESIGN §5). The usage text printed by
-// `faultline --help` and `faultline SUBCOMMAND --help` is the documentation.
+// The `faultline` command: list, run, exec, verify, region, and report and gate (reports/commands.h)
+// (DESIGN §5, §7). The usage text printed by `faultline --help` and `faultline SUBCOMMAND --help`
+// is the documentation.
 //
 // `run_cli` is the whole program minus process setup (signal handling, the terminal checks),
 // so that tests can drive it in-process:

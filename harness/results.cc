@@ -126,7 +126,8 @@ core::status results_writer::open(const std::filesystem::path& path) {
 }
 
 core::status results_writer::append(const run_record& r) {
-  std::string line = nlohmann::json(r).dump() + "\n";
+  // A program's output is not always UTF-8: invalid bytes become U+FFFD rather than an exception.
+  std::string line = nlohmann::json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::lock_guard lock(mu_);
   if (fd_ < 0) return core::status(core::errc::invalid_argument, "results file is not open");
   return detail::write_all(fd_, line, "write results");

@@ -144,6 +144,24 @@ TEST(results_writer, appends_one_line_per_record_from_many_threads) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(results_writer, a_signature_that_is_not_utf8_is_written_with_replacement_characters) {
+  auto dir = std::filesystem::temp_directory_path() / ("fl_results_utf8." + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto path = dir / "results.jsonl";
+  {
+    results_writer w;
+    ASSERT_TRUE(w.open(path));
+    run_record rec = sample(0);
+    rec.signature = "fail: invariant violated: bad \xff\xfe bytes";  // a program's own output
+    ASSERT_TRUE(w.append(rec));
+  }
+  auto r = read_results(path);
+  ASSERT_TRUE(r) << r.error().message();
+  ASSERT_EQ(r->records.size(), 1u);
+  EXPECT_EQ(r->records[0].signature, "fail: invariant violated: bad \xef\xbf\xbd\xef\xbf\xbd bytes");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(run_record, points_reached_round_trips_and_is_left_out_when_empty) {
   auto a = sample(3);
   EXPECT_FALSE(nlohmann::json(a).contains("points_reached"));

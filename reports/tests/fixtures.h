@@ -1,0 +1,58 @@
+// Results files for the reports' tests, written through the harness's own record format
+// (harness::to_json), so that the tests read what a campaign writes.
+//
+//   testing::temp_dir dir;
+//   auto recs = testing::runs("exit/static-pool", 100, 3, harness::outcome::crash, "SIGSEGV: f | main");
+//   testing::write_results(dir.path() / "run", recs);
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "harness/results.h"
+
+namespace faultline::reports::testing {
+
+/// A fresh, empty directory, removed (with its contents) by the destructor.
+class temp_dir {
+ public:
+  temp_dir();
+  ~temp_dir();
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// One record of variant `name`: run number `run`, seed 1000 + run, started at 2026-01-01 00:00:00
+/// plus `run` seconds, lasting 20 + run % 7 ms; a failure gets phase `when` and `signature`.
+harness::run_record record(const std::string& name, std::uint64_t run, harness::outcome result = harness::outcome::pass,
+                           const std::string& signature = "", harness::phase when = harness::phase::none);
+
+/// `count` runs of `name` numbered first_run, first_run + stride, ...; the first `failures` of
+/// them end with `result` and `signature` (phase exit), the rest pass.
+std::vector<harness::run_record> runs(const std::string& name, std::uint64_t count, std::uint64_t failures = 0,
+                                      harness::outcome result = harness::outcome::crash, const std::string& signature = "",
+                                      std::uint64_t first_run = 0, std::uint64_t stride = 1, const std::string& faults = "");
+
+/// Writes DIR/results.jsonl (creating DIR) with one line per record, then `tail` verbatim.
+/// Returns the file's path.
+std::filesystem::path write_results(const std::filesystem::path& dir, const std::vector<harness::run_record>& records,
+                                    const std::string& tail = "");
+
+/// Writes DIR/campaign.json as the harness does, for shard `shard` ("i/n") of a campaign with
+/// `seed` and `variants` (names, no faults).
+void write_manifest(const std::filesystem::path& dir, const std::string& shard, std::uint64_t seed,
+                    const std::vector<std::string>& variants);
+
+/// A file's content.
+std::string read_text(const std::filesystem::path& file);
+
+/// Concatenates vectors of records.
+std::vector<harness::run_record> operator+(std::vector<harness::run_record> a, const std::vector<harness::run_record>& b);
+
+}  // namespace faultline::reports::testing
