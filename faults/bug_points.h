@@ -40,6 +40,15 @@ inline constexpr bug_point_info bug_point_catalog[] = {
     {"bug/alloc/no-epoch-guard",
      "a pool keeps using streams, events and memory of a device context that was reset "
      "(no context-epoch check)"},
+    {"bug/ipc/unchecked-join",
+     "the parent drops the result of its timed waits on IPC children and closes the pool the "
+     "binding's way, without a bound, while a late child holds an import (cuda-python #2124)"},
+    {"bug/ipc/close-before-kill",
+     "on a failed child, the parent closes the exported pool (without a bound) before killing "
+     "the children that still hold imports, and waits on them forever"},
+    {"bug/ipc/dropped-event-wait",
+     "an IPC handle is exported before the stream that filled the buffer completed: the wait "
+     "on the ready event is a query whose not-ready answer is dropped (numba-cuda #930)"},
     {"bug/accounting/stale-deadline",
      "the lock's deadline is computed once before the retry loop, so every later wait times out "
      "at once, and after the bound the lock is forced: two processes hold it"},

@@ -137,6 +137,7 @@ const registry& catalog() {
   static const registry* r = [] {
     auto* built = new registry();
     register_exit_scenarios(*built);
+    register_ipc_scenarios(*built);
     register_accounting_scenarios(*built);
     return built;
   }();

@@ -121,6 +121,7 @@ const registry& catalog();
 
 /// Family registration functions, one per scenario family file.
 void register_exit_scenarios(registry& r);
+void register_ipc_scenarios(registry& r);
 void register_accounting_scenarios(registry& r);
 
 /// Runs one scenario in this process and returns the process exit status to use (0 pass,
