@@ -64,6 +64,18 @@ inline constexpr bug_point_info bug_point_catalog[] = {
      "a slot's owner is judged alive by its pid alone, so a reused pid keeps a dead slot"},
     {"bug/accounting/query-under-lock",
      "the utilisation watcher runs its slow device query while holding the region's lock"},
+    {"bug/registry/release-before-drain",
+     "unregister releases the instance's device buffers before its workers are drained and "
+     "joined, so a save still queued copies from freed (unmapped or reused) memory"},
+    {"bug/registry/cleanup-by-id",
+     "unregister removes the id before joining the workers and releases by id, so a same-id "
+     "registration made during the join has its new buffers and leases released"},
+    {"bug/registry/early-return-on-worker-error",
+     "a worker error seen while joining makes unregister return at once, leaking the leases "
+     "and buffers of an instance already removed from the map"},
+    {"bug/registry/unsynchronized-concurrent-unregister",
+     "a second unregister of an instance already being torn down returns at once, before the "
+     "first has finished (its caller goes on as if the instance were gone)"},
 };
 
 /// Every bug point, in catalog order.

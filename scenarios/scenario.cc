@@ -139,6 +139,7 @@ const registry& catalog() {
     register_exit_scenarios(*built);
     register_ipc_scenarios(*built);
     register_accounting_scenarios(*built);
+    register_registry_scenarios(*built);
     return built;
   }();
   return *r;

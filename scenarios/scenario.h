@@ -123,6 +123,7 @@ const registry& catalog();
 void register_exit_scenarios(registry& r);
 void register_ipc_scenarios(registry& r);
 void register_accounting_scenarios(registry& r);
+void register_registry_scenarios(registry& r);
 
 /// Runs one scenario in this process and returns the process exit status to use (0 pass,
 /// 1 invariant violated). Called by the scenario binary after the agent and faults are set up.
