@@ -23,10 +23,12 @@ ci/setup.sh build-asan -DFAULTLINE_SANITIZE=address,undefined -DFAULTLINE_BENCHM
   ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0 \
   ctest --output-on-failure --parallel "$(nproc)" --timeout 600 -LE no-sanitize)
 # ThreadSanitizer over the shared accounting (lock, seqlock, slots: threads writing and reading one
-# region); only the test binary that needs it is built.
+# region) and the registry (workers, drains, concurrent unregisters); only those test binaries are
+# built.
 cmake -S . -B build-tsan -G Ninja -DFAULTLINE_SANITIZE=thread -DFAULTLINE_BENCHMARKS=OFF -DFAULTLINE_CUDA=OFF >/dev/null
-cmake --build build-tsan --target accounting_test
+cmake --build build-tsan --target accounting_test registry_test
 TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/accounting_test --gtest_brief=1
+TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/registry_test --gtest_brief=1
 
 # The region validator under libFuzzer (clang, ASan+UBSan) for a bounded time.
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFAULTLINE_FUZZ=ON \
