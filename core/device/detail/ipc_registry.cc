@@ -189,7 +189,8 @@ result<std::unique_ptr<registry>> registry::create(backend_kind kind, int device
   hdr->arena_offset = arena_bytes == 0 ? 0 : arena_offset();
   hdr->arena_bytes = arena_bytes;
   hdr->state.store(static_cast<std::uint32_t>(pool_state::open), std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
+  // No fence: the memfd is new and no other process can map it before its descriptor is handed
+  // out through a handle, which happens after this function returns (a system call apart).
   hdr->magic = registry_magic;
   return std::unique_ptr<registry>(new registry(fd, hdr, mapped));
 }
