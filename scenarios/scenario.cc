@@ -133,6 +133,20 @@ const worker_fn* registry::find_worker(std::string_view name) const noexcept {
   return nullptr;
 }
 
+void add_or_abort(registry& r, scenario s) {
+  if (auto st = r.add(std::move(s)); !st) {
+    std::fprintf(stderr, "faultline-scenarios: %s\n", st.to_string().c_str());
+    std::abort();
+  }
+}
+
+void add_worker_or_abort(registry& r, std::string name, worker_fn fn) {
+  if (auto st = r.add_worker(std::move(name), std::move(fn)); !st) {
+    std::fprintf(stderr, "faultline-scenarios: %s\n", st.to_string().c_str());
+    std::abort();
+  }
+}
+
 const registry& catalog() {
   static const registry* r = [] {
     auto* built = new registry();

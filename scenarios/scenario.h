@@ -119,6 +119,12 @@ class registry {
 /// The full catalog, built once (every family registers itself here explicitly).
 const registry& catalog();
 
+/// r.add(s), where a refusal is a catalog bug: reported on stderr, then abort(), so it is found
+/// the first time the scenario binary starts. For the family registration functions below.
+void add_or_abort(registry& r, scenario s);
+/// The same for r.add_worker(name, fn).
+void add_worker_or_abort(registry& r, std::string name, worker_fn fn);
+
 /// Family registration functions, one per scenario family file.
 void register_exit_scenarios(registry& r);
 void register_ipc_scenarios(registry& r);

@@ -224,12 +224,7 @@ void early_reset(context& ctx) {
 }  // namespace
 
 void register_exit_scenarios(registry& r) {
-  auto add = [&r](scenario s) {
-    if (auto st = r.add(std::move(s)); !st) {
-      std::fprintf(stderr, "faultline-scenarios: %s\n", st.to_string().c_str());
-      std::abort();  // a catalog bug, found the first time the binary starts
-    }
-  };
+  auto add = [&r](scenario s) { add_or_abort(r, std::move(s)); };
   add({.name = "exit/static-pool",
        .description = "per-device pool map destroyed at exit after the runtime teardown (RMM #2367)",
        .timeout_ms = 20000,

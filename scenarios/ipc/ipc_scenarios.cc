@@ -827,17 +827,9 @@ void reexport_chain(context& ctx) {
 }  // namespace
 
 void register_ipc_scenarios(registry& r) {
-  auto add = [&r](scenario s) {
-    if (auto st = r.add(std::move(s)); !st) {
-      std::fprintf(stderr, "faultline-scenarios: %s\n", st.to_string().c_str());
-      std::abort();  // a catalog bug, found the first time the binary starts
-    }
-  };
+  auto add = [&r](scenario s) { add_or_abort(r, std::move(s)); };
   auto add_worker = [&r](std::string name, worker_fn fn) {
-    if (auto st = r.add_worker(std::move(name), std::move(fn)); !st) {
-      std::fprintf(stderr, "faultline-scenarios: %s\n", st.to_string().c_str());
-      std::abort();
-    }
+    add_worker_or_abort(r, std::move(name), std::move(fn));
   };
   add_worker("ipc/importer", importer_worker);
   add_worker("ipc/relay", relay_worker);

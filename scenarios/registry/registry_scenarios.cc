@@ -622,12 +622,7 @@ void unregister_all_under_load(context& ctx) {
 }  // namespace
 
 void register_registry_scenarios(registry& r) {
-  auto add = [&r](scenario s) {
-    if (auto st = r.add(std::move(s)); !st) {
-      std::fprintf(stderr, "faultline-scenarios: %s\n", st.to_string().c_str());
-      std::abort();  // a catalog bug, found the first time the binary starts
-    }
-  };
+  auto add = [&r](scenario s) { add_or_abort(r, std::move(s)); };
   add({.name = "registry/unregister-while-saving",
        .description = "16 concurrent saves race an unregister of their instance (PegaFlow #329)",
        .timeout_ms = 20000,
