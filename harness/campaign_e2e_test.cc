@@ -7,7 +7,11 @@
 // in-process where a limit must be imposed) against the harness's test programs and small shell
 // commands whose behaviour follows their FAULTLINE_SEED; every check reads the output directory.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -313,6 +317,28 @@ TEST_F(campaign_e2e, resume_of_a_results_file_with_garbage_inside_is_an_error_na
   auto fresh = run_faultline({"exec", "--no-preload", "--resume", "--repeat", "2", "--out", (out() / "new").string(), "--", "true"});
   EXPECT_EQ(fresh.status, 0) << fresh.err;
   EXPECT_EQ(results(out() / "new").size(), 2u);
+}
+
+// Another process on the machine (a test beside this one, another campaign) creates and holds a
+// faultline entry in /dev/shm while a run runs: it is not the run's leak, and it is left alone.
+TEST_F(campaign_e2e, shared_memory_created_and_held_by_another_process_is_not_a_leak) {
+  const std::string path = "/dev/shm/faultline-e2e-held-" + std::to_string(::getpid());
+  ::unlink(path.c_str());
+  const pid_t holder = ::fork();  // a child of this test, not of faultline: another process
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    ::usleep(300 * 1000);  // after faultline's first look, while the run sleeps
+    if (::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600) < 0) ::_exit(1);
+    ::pause();
+    ::_exit(0);
+  }
+  auto r = run_faultline({"exec", "--no-preload", "--out", out().string(), "--", "sleep", "1"});
+  const bool still_there = std::filesystem::exists(path);
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  ::unlink(path.c_str());
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(still_there) << "faultline removed another process's entry";
 }
 
 TEST_F(campaign_e2e, without_resume_a_new_campaign_replaces_the_earlier_one) {

@@ -149,6 +149,35 @@ std::vector<std::string> faultline_shm_entries() {
   return out;
 }
 
+// Of `names` (entries of /dev/shm), those some live process other than this one still has open or
+// mapped. The run's own tree is gone when this is asked, so such an entry belongs to someone else
+// on the machine (another campaign, a test beside this one) that created it while the run ran: it
+// is neither the run's leak nor this harness's to remove.
+std::set<std::string> held_elsewhere(const std::vector<std::string>& names) {
+  std::set<std::string> held;
+  if (names.empty()) return held;
+  std::set<std::string> paths;
+  for (const auto& n : names) paths.insert("/dev/shm/" + n);
+  const std::string self = std::to_string(::getpid());
+  std::error_code ec;
+  for (const auto& proc : fs::directory_iterator("/proc", ec)) {
+    const std::string pid = proc.path().filename().string();
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid == self) continue;
+    std::error_code fd_ec;
+    for (const auto& fd : fs::directory_iterator(proc.path() / "fd", fd_ec)) {
+      std::error_code link_ec;
+      const std::string target = fs::read_symlink(fd.path(), link_ec).string();
+      if (!link_ec && paths.count(target)) held.insert(target.substr(9));
+    }
+    if (auto maps = detail::read_file((proc.path() / "maps").string())) {
+      for (const auto& path : paths) {
+        if (maps->find(path) != std::string::npos) held.insert(path.substr(9));
+      }
+    }
+  }
+  return held;
+}
+
 run_report run_once(const run_request& rq) {
   static const core::status subreaper = become_subreaper();
   run_report rep;
@@ -311,8 +340,13 @@ run_report run_once(const run_request& rq) {
   rep.teardown = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - end_of_run);
 
   if (rq.check_shm) {
+    std::vector<std::string> fresh;
     for (const auto& name : faultline_shm_entries()) {
-      if (shm_before.count(name)) continue;
+      if (!shm_before.count(name)) fresh.push_back(name);
+    }
+    const std::set<std::string> others = held_elsewhere(fresh);
+    for (const auto& name : fresh) {
+      if (others.count(name)) continue;
       ev.leaked_shm.push_back(name);
       std::error_code ec;
       fs::remove(fs::path("/dev/shm") / name, ec);  // the next run must not inherit it
