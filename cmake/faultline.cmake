@@ -29,11 +29,12 @@ macro(faultline_find_cuda)
   endif()
 endmacro()
 
-# faultline_add_gtest(NAME name SOURCES a.cc b.cc LIBS lib... [TIMEOUT seconds])
-# One gtest executable, its tests discovered into CTest with a per-test TIMEOUT. Death tests
-# use the "threadsafe" style (re-exec of the binary), set in faultline::test_main.
+# faultline_add_gtest(NAME name SOURCES a.cc b.cc LIBS lib... [TIMEOUT seconds] [RESOURCE_LOCK lock])
+# One gtest executable, its tests discovered into CTest with a per-test TIMEOUT (and, when given,
+# a RESOURCE_LOCK: tests holding the same lock never run at once). Death tests use the
+# "threadsafe" style (re-exec of the binary), set in faultline::test_main.
 function(faultline_add_gtest)
-  cmake_parse_arguments(arg "" "NAME;TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(arg "" "NAME;TIMEOUT;RESOURCE_LOCK" "SOURCES;LIBS" ${ARGN})
   if(NOT FAULTLINE_TESTS)
     return()
   endif()
@@ -44,7 +45,11 @@ function(faultline_add_gtest)
   target_link_libraries(${arg_NAME} PRIVATE ${arg_LIBS} faultline_test_main GTest::gtest GTest::gmock)
   target_include_directories(${arg_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
   faultline_target_warnings(${arg_NAME})
-  gtest_discover_tests(${arg_NAME} DISCOVERY_MODE PRE_TEST PROPERTIES TIMEOUT ${arg_TIMEOUT})
+  set(props TIMEOUT ${arg_TIMEOUT})
+  if(arg_RESOURCE_LOCK)
+    list(APPEND props RESOURCE_LOCK ${arg_RESOURCE_LOCK})
+  endif()
+  gtest_discover_tests(${arg_NAME} DISCOVERY_MODE PRE_TEST PROPERTIES ${props})
 endfunction()
 
 # faultline_add_benchmark(NAME name SOURCES a.cc LIBS lib...)

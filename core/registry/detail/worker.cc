@@ -199,8 +199,15 @@ void op_state::complete(status s) {
 }
 
 worker_state::~worker_state() {
-  if (thread.joinable()) thread.detach();
-  if (completer.joinable()) completer.detach();
+  // The last reference can go on one of these very threads, or at process exit while they end:
+  // a detach the system refuses (the thread is already gone) must not terminate the process.
+  for (std::thread* t : {&thread, &completer}) {
+    if (!t->joinable()) continue;
+    try {
+      t->detach();
+    } catch (const std::system_error&) {
+    }
+  }
 }
 
 std::string describe(const worker_state& w) {
