@@ -152,8 +152,11 @@ arrival arrive(const mapped_object& obj, const std::string& object_name, std::ui
       continue;
     }
     if (s->waiter.compare_exchange_strong(seen, 0, std::memory_order_acq_rel)) {
-      futex_wake_all(s);
+      // The waiter is released by the exchange (it sees waiter != itself, whether or not the
+      // name is still linked); the name goes before it is woken, so a woken party that crashes at
+      // once leaves nothing in /dev/shm.
       retire(obj, object_name);
+      futex_wake_all(s);
       return arrival::met;
     }
   }
