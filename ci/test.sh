@@ -36,4 +36,11 @@ cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=
 cmake --build build-fuzz --target accounting_fuzz
 mkdir -p build-fuzz/corpus
 build-fuzz/bin/accounting_fuzz -max_total_time=60 -timeout=10 -print_final_stats=1 build-fuzz/corpus 2>&1 | tail -3
+
+# --- ci/cluster: the cluster manifests, workflow and scripts validated (schemas, shellcheck), and
+# sharding by each scheduler's variables end to end (every run in one shard, the merge counts all).
+ci/cluster/check.sh
+.venv/bin/python -m pytest ci/cluster/tests -q -p no:cacheprovider
+# --- end ci/cluster
+
 echo "ci/test.sh: all tests passed"

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -25,15 +26,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-run_record to_record(const run_report& rep, const variant& v, std::uint64_t run, std::uint64_t seed,
+run_record to_record(const run_report& rep, const variant& v, const std::string& faults, std::uint64_t run, std::uint64_t seed,
                      const std::string& run_id, const std::vector<std::string>& argv, bool keep_files) {
   run_record r;
   r.run_id = run_id;
   r.run = run;
   r.name = v.name;
   r.seed = seed;
-  r.faults = v.faults;
-  r.injected = !v.faults.empty();
+  r.faults = faults;
+  r.injected = !faults.empty();
   r.result = rep.verdict.result;
   r.when = rep.verdict.when;
   r.exit_code = rep.verdict.exit_code;
@@ -245,6 +246,11 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
   const std::uint64_t total = o.repeat * nvariants;
   const fs::path results_path = o.out_dir / "results.jsonl";
   const campaign_manifest manifest = manifest_of(o);
+  auto faults_of = [&o](std::uint64_t k, const variant& v) { return o.faults_of ? o.faults_of(k, v) : v.faults; };
+  auto variant_index = [&o, nvariants](std::uint64_t k) -> std::size_t {
+    return static_cast<std::size_t>((o.rotate_per_shard ? k / o.part.count : k) % nvariants);
+  };
+  auto seed_of = [&o, nvariants](std::uint64_t k) { return o.rotate_per_shard ? o.seed + k : o.seed + k / nvariants; };
 
   std::mutex mu;  // guards everything below that the workers share
   campaign_result result;
@@ -280,13 +286,14 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
         return refuse_resume(o.out_dir, "it has results but no " + std::string(manifest_file) + " to say which options made them");
       if (r.run >= total || !o.part.owns(r.run))
         return refuse_resume(o.out_dir, where + " records run " + std::to_string(r.run) + ", which is not a run of this campaign");
-      const variant& v = o.variants[r.run % nvariants];
-      const std::uint64_t seed = o.seed + r.run / nvariants;
-      if (r.name != v.name || r.seed != seed || r.faults != v.faults)
+      const variant& v = o.variants[variant_index(r.run)];
+      const std::uint64_t seed = seed_of(r.run);
+      const std::string faults = faults_of(r.run, v);
+      if (r.name != v.name || r.seed != seed || r.faults != faults)
         return refuse_resume(o.out_dir, where + " records run " + std::to_string(r.run) + " as " + in_quotes(r.name) + " seed " +
                                             std::to_string(r.seed) + " faults " + in_quotes(r.faults) + ", but run " +
                                             std::to_string(r.run) + " of this campaign is " + in_quotes(v.name) + " seed " +
-                                            std::to_string(seed) + " faults " + in_quotes(v.faults));
+                                            std::to_string(seed) + " faults " + in_quotes(faults));
       const std::uint64_t bit = r.run / o.part.count;
       if (bit >= recorded.size()) recorded.resize(bit + 1, false);
       if (recorded[bit]) return {};  // recorded twice (an append without --resume): counted once
@@ -296,7 +303,7 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
       if (r.result != outcome::pass) {
         ++failures;
       } else if (!r.log.empty()) {
-        ++passes_kept[r.run % nvariants];
+        ++passes_kept[variant_index(r.run)];
       } else {
         // Recorded as pruned, but the harness may have died before pruning it.
         prune_run(o.out_dir, r.run_id);
@@ -336,20 +343,50 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
     const std::uint64_t bit = k / o.part.count;
     return bit < recorded.size() && recorded[bit];
   };
-  progress_meter progress(o.progress, o.progress_tty, to_perform);
+  progress_meter progress(o.progress, o.progress_tty, o.deadline ? 0 : to_perform, o.progress_interval);
+  if (o.progress_suffix) progress.set_suffix(o.progress_suffix);
   meter = &progress;
+
+  // Checkpoints: after every checkpoint_runs runs, no new run starts until the runs in flight
+  // have ended; then the first thread to see none in flight runs the checkpoint.
+  std::condition_variable idle;
+  unsigned in_flight = 0;
+  std::uint64_t since_checkpoint = 0;
+  bool checkpointing = false;
+  auto past_deadline = [&] { return o.deadline && std::chrono::steady_clock::now() >= *o.deadline; };
 
   auto worker = [&] {
     for (;;) {
       std::uint64_t k;
       {
-        std::lock_guard lock(mu);
-        while (next < total && (!o.part.owns(next) || is_recorded(next))) ++next;
-        if (stop || next >= total || (o.cancel && o.cancel->load())) return;
+        std::unique_lock lock(mu);
+        for (;;) {
+          while (next < total && (!o.part.owns(next) || is_recorded(next))) ++next;
+          if (stop || next >= total || (o.cancel && o.cancel->load())) return;
+          if (past_deadline()) {
+            result.deadline_reached = true;
+            return;
+          }
+          const bool due = o.checkpoint && o.checkpoint_runs > 0 && since_checkpoint >= o.checkpoint_runs;
+          if (!due && !checkpointing) break;
+          if (due && !checkpointing && in_flight == 0) {
+            checkpointing = true;
+            since_checkpoint = 0;
+            const std::uint64_t performed = result.performed, failed = failures;
+            lock.unlock();
+            o.checkpoint(performed, failed);
+            lock.lock();
+            checkpointing = false;
+            idle.notify_all();
+            continue;
+          }
+          idle.wait_for(lock, std::chrono::milliseconds(100));
+        }
         k = next++;
+        ++in_flight;
       }
-      const variant& v = o.variants[k % nvariants];
-      const std::uint64_t seed = o.seed + k / nvariants;
+      const variant& v = o.variants[variant_index(k)];
+      const std::uint64_t seed = seed_of(k);
       const std::string id = make_run_id(v.name, seed);
 
       run_request rq;
@@ -360,7 +397,8 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
         set_env(rq.env, kv.substr(0, eq), eq == std::string::npos ? std::string() : kv.substr(eq + 1));
       }
       set_env(rq.env, "FAULTLINE_SEED", std::to_string(seed));
-      set_env(rq.env, "FAULTLINE_FAULTS", v.faults.empty() ? std::nullopt : std::optional<std::string>(v.faults));
+      const std::string faults = faults_of(k, v);
+      set_env(rq.env, "FAULTLINE_FAULTS", faults.empty() ? std::nullopt : std::optional<std::string>(faults));
       rq.run_dir = o.out_dir / "runs" / id;
       rq.log_path = o.out_dir / "logs" / (id + ".log");
       rq.timeout = v.timeout;
@@ -372,16 +410,24 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
       rq.check_shm = check_shm;
       rq.cancel = o.cancel;
       run_report rep = run_once(rq);
-      if (rep.interrupted) return;
+      auto end_of_run = [&] {  // under mu
+        --in_flight;
+        if (in_flight == 0) idle.notify_all();
+      };
+      if (rep.interrupted) {
+        std::lock_guard lock(mu);
+        end_of_run();
+        return;
+      }
 
       bool keep = true;
       if (rep.verdict.result == outcome::pass) {
         std::lock_guard lock(mu);
-        std::uint64_t& kept = passes_kept[k % nvariants];
+        std::uint64_t& kept = passes_kept[variant_index(k)];
         keep = kept < passes_to_keep;
         if (keep) ++kept;
       }
-      run_record rec = to_record(rep, v, k, seed, id, v.argv, keep);
+      run_record rec = to_record(rep, v, faults, k, seed, id, v.argv, keep);
       rec.points_reached = read_points(rq.run_dir);  // before the directory may go
       auto ws = writer.append(rec);
       // Only a recorded run is pruned: its line is all that is left of it.
@@ -395,7 +441,14 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
         }
       }
       std::lock_guard lock(mu);
-      if (!ws && write_error.is_ok()) write_error = ws;
+      end_of_run();
+      if (!ws) {
+        // Nothing more can be recorded (a full disk, say): a run performed now would be lost.
+        if (write_error.is_ok()) write_error = ws;
+        stop = true;
+        continue;
+      }
+      ++since_checkpoint;
       ++done;
       ++result.performed;
       summary.add(rec);
@@ -438,7 +491,11 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
     }
   }
   result.summaries = summary.summaries();
-  if (!write_error) return write_error;
+  if (!write_error)
+    return core::status(write_error.code(),
+                        write_error.message() + "; stopped: the " + std::to_string(result.resumed + result.performed) +
+                            " runs recorded before it are intact in " + results_path.string() +
+                            ", and --resume performs the rest once it can be written");
   return result;
 }
 

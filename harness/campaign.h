@@ -109,6 +109,25 @@ struct campaign_options {
                                          ///< new campaign replaces the one there)
   /// Called (from the thread that noticed) with each warning as it happens; may be empty.
   std::function<void(const std::string&)> warn;
+
+  // --- what a soak (harness/soak.h) adds to a campaign --------------------------------------
+  /// Run k is variant (k / shard count) mod V with seed `seed + k`, instead of variant k mod V
+  /// with seed `seed + k / V`: each shard then rotates through every variant whatever the shard
+  /// count (with k mod V, 8 shards of 16 variants would each see only 2 of them).
+  bool rotate_per_shard = false;
+  /// The fault spec of run `run` (a variant `v`), instead of v.faults: a soak draws one per run.
+  /// Must be a pure function of its arguments (resume checks recorded runs against it).
+  std::function<std::string(std::uint64_t run, const variant& v)> faults_of;
+  /// No run starts at or after this time (runs in flight finish). repeat still bounds the runs.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  /// Called with no run in flight after every `checkpoint_runs` runs performed (0: never): the
+  /// soak's leak checks and report updates. Runs wait while it runs.
+  std::uint64_t checkpoint_runs = 0;
+  std::function<void(std::uint64_t performed, std::uint64_t failures)> checkpoint;
+  /// Extra text at the end of the progress line (the soak's budget), and how often the line is
+  /// printed off a terminal.
+  std::function<std::string()> progress_suffix;
+  std::chrono::milliseconds progress_interval{5'000};
 };
 
 /// What a campaign did.
@@ -122,6 +141,7 @@ struct campaign_result {
   bool stopped_early = false;            ///< --until-fail stopped it
   std::vector<int> stray_pids;           ///< unattributed processes killed at the end
   std::vector<std::string> stray_shm;    ///< /dev/shm/faultline* entries left (removed)
+  bool deadline_reached = false;         ///< the deadline stopped it before `repeat` ran out
 };
 
 /// "exit-static-pool.s42": the variant name made file-safe, plus the seed.
@@ -147,6 +167,8 @@ core::result<std::optional<campaign_manifest>> read_manifest(const std::filesyst
 
 /// Performs the campaign (resuming it with `o.resume`). A thread that cannot be started is a
 /// warning, not an error: the campaign goes on with the threads it has (at least the caller's).
+/// A record that cannot be written (a full disk) stops it: no new run starts, the runs in flight
+/// finish unrecorded (a resume performs them again), and the error says how many are recorded.
 /// Errors: invalid_argument for an empty variant list, jobs outside 1..max_jobs, or a resume
 /// into a directory whose campaign had other options (the message names them); corrupt for a
 /// malformed results file or manifest; io_error when the output directory, results file or

@@ -20,6 +20,7 @@
 #include "harness/process.h"
 #include "harness/region_cli.h"
 #include "harness/scenario_catalog.h"
+#include "harness/soak.h"
 #include "harness/summary.h"
 #include "reports/commands.h"
 
@@ -63,8 +64,10 @@ With --faults, the summary names every point pattern of the spec that no run rea
 point, or one the program never gets to); each run's line lists those it reached.
 
 Run k of a scenario or command gets seed S+k (FAULTLINE_SEED); the summary prints a command line
-that replays the first failure. Runs are numbered globally and sharded with --shard i/n or
-GTEST_TOTAL_SHARDS/GTEST_SHARD_INDEX (run k belongs to shard k mod n).
+that replays the first failure. Runs are numbered globally and sharded (run k belongs to shard k mod n)
+with --shard i/n, else a scheduler's variables: GTEST_SHARD_INDEX of GTEST_TOTAL_SHARDS; a Kubernetes
+Indexed Job's JOB_COMPLETION_INDEX of FAULTLINE_SHARD_COUNT (set it to the Job's completions); a Slurm
+array's (SLURM_ARRAY_TASK_ID - _MIN) / _STEP of SLURM_ARRAY_TASK_COUNT.
 
 `faultline report` writes JUnit XML, Markdown and HTML reports of results (shards merged);
 `faultline gate` fails on a statistically significant regression against a baseline.
@@ -84,6 +87,19 @@ are asked for an XML report. Default per-run timeout: 10m.)";
 constexpr const char* verify_about = R"(Check that every scenario's clean variant never fails and that each of its bug points is
 detected (any outcome but pass) at least at the scenario's required rate. Prints a table; exit
 status 0 only when every row is OK.)";
+
+constexpr const char* soak_about = R"(Soak scenarios for a time budget:  faultline soak [SCENARIO...] --budget 8h [--out DIR] [--resume]
+The scenarios (default: all) run in rotation, run k with seed S+k/N and a fault spec drawn from its
+scenario's fault space (`faultline list --json` shows them), so every failure replays with the
+`faultline run` line printed for it. Between runs the soak checks for processes, shared memory and
+descriptors of the harness itself that the runs left behind. OUT/soak.json and OUT/report.html /
+OUT/report.md are rewritten every --report-every while it runs; OUT/results.jsonl has one line per
+run and, as with `run`, only failing runs (and the first 3 passes of each scenario) keep files.
+Kill it at any moment and `--resume` continues with the rest of the budget: no finished run is
+lost and none is counted twice. A write that fails (a full disk) stops the soak with everything
+recorded so far intact. Shards as `run` does (--shard, or the scheduler's variables).
+Exit status: 0 no run failed and the harness leaked nothing, 1 otherwise, 2 for usage or output
+errors, 130 when interrupted (resume it).)";
 
 struct raw_args {
   std::uint64_t repeat = 1;
@@ -107,6 +123,7 @@ struct settings {
   fs::path out;
   bool json = false;
   shard part;
+  scheduled_shard sharding;      // where `part` came from: its source and the variables it consumed
   std::vector<std::string> env;  // base environment of the runs
   std::vector<std::string> user_env;  // the --env K=V pairs, for repro lines
   std::optional<double> target_rate;
@@ -179,6 +196,41 @@ void check_exit_points(const faults::spec& spec) {
   }
 }
 
+// The shard: --shard i/n, else the scheduler's variables, else the whole campaign.
+scheduled_shard shard_for(const std::string& flag) {
+  if (!flag.empty()) {
+    auto sh = parse_shard(flag);
+    if (!sh) throw usage_error{sh.error().message()};
+    return {*sh, "", {}};
+  }
+  auto sh = shard_from_scheduler();
+  if (!sh) throw usage_error{sh.error().message()};
+  return *sh ? std::move(**sh) : scheduled_shard{};
+}
+
+// ", shard i/n (SOURCE)" for a campaign's header line; "" for the whole campaign.
+std::string shard_header(const scheduled_shard& sh) {
+  if (sh.part.count < 2) return "";
+  return ", shard " + sh.part.to_string() + (sh.source.empty() ? "" : " (" + sh.source + ")");
+}
+
+// The runs get faultline's environment without the sharding variables it consumed (a gtest
+// program would otherwise shard itself again), plus --env.
+std::vector<std::string> run_environment(const std::vector<std::string>& user_env, const scheduled_shard& sh) {
+  std::vector<std::string> env = current_environment();
+  for (const char* k : {"GTEST_TOTAL_SHARDS", "GTEST_SHARD_INDEX", "GTEST_SHARD_STATUS_FILE"}) set_env(env, k, std::nullopt);
+  for (const auto& k : sh.consumed) set_env(env, k, std::nullopt);
+  for (const auto& kv : user_env) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) throw usage_error{"--env '" + kv + "': expected K=V"};
+    std::string key = kv.substr(0, eq);
+    if (key == "FAULTLINE_SEED" || key == "FAULTLINE_FAULTS" || key == "FAULTLINE_RUN_DIR")
+      throw usage_error{"--env " + key + ": set by faultline itself (use --seed / --faults)"};
+    set_env(env, key, kv.substr(eq + 1));
+  }
+  return env;
+}
+
 settings resolve(const raw_args& a, std::uint64_t default_repeat) {
   settings s;
   s.repeat = a.repeat_opt->count() ? a.repeat : (a.until_fail ? 10000 : default_repeat);
@@ -210,15 +262,8 @@ settings resolve(const raw_args& a, std::uint64_t default_repeat) {
   }
   s.out = a.out;
   s.json = a.json;
-  if (!a.shard.empty()) {
-    auto sh = parse_shard(a.shard);
-    if (!sh) throw usage_error{sh.error().message()};
-    s.part = *sh;
-  } else {
-    auto sh = shard_from_env();
-    if (!sh) throw usage_error{sh.error().message()};
-    if (*sh) s.part = **sh;
-  }
+  s.sharding = shard_for(a.shard);
+  s.part = s.sharding.part;
   if (a.target_opt->count()) {
     if (!(a.target_rate > 0 && a.target_rate < 1)) throw usage_error{"--target-rate must be between 0 and 1 (exclusive), e.g. 0.01"};
     s.target_rate = a.target_rate;
@@ -239,19 +284,8 @@ settings resolve(const raw_args& a, std::uint64_t default_repeat) {
   s.faults = a.faults;
   s.until_fail = a.until_fail;
 
-  // The runs get faultline's environment without the sharding variables it consumed (a gtest
-  // program would otherwise shard itself again), plus --env.
-  s.env = current_environment();
-  for (const char* k : {"GTEST_TOTAL_SHARDS", "GTEST_SHARD_INDEX", "GTEST_SHARD_STATUS_FILE"}) set_env(s.env, k, std::nullopt);
-  for (const auto& kv : a.env) {
-    auto eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) throw usage_error{"--env '" + kv + "': expected K=V"};
-    std::string key = kv.substr(0, eq);
-    if (key == "FAULTLINE_SEED" || key == "FAULTLINE_FAULTS" || key == "FAULTLINE_RUN_DIR")
-      throw usage_error{"--env " + key + ": set by faultline itself (use --seed / --faults)"};
-    set_env(s.env, key, kv.substr(eq + 1));
-    s.user_env.push_back(kv);
-  }
+  s.env = run_environment(a.env, s.sharding);
+  s.user_env = a.env;
   return s;
 }
 
@@ -310,7 +344,7 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
   ctx.err << "faultline: " << (s.resume ? "resuming, " : "") << "seed " << s.seed << ", " << s.repeat
           << (s.repeat == 1 ? " run" : " runs") << " of "
           << variants.size() << (variants.size() == 1 ? " variant" : " variants")
-          << (s.part.count > 1 ? ", shard " + s.part.to_string() : std::string()) << ", results in "
+          << shard_header(s.sharding) << ", results in "
           << (s.out / "results.jsonl").string() << "\n";
   {
     std::string why;
@@ -492,6 +526,105 @@ int cmd_exec(const raw_args& a, std::vector<std::string> cmd, cli_context& ctx) 
   });
 }
 
+struct soak_args {
+  std::vector<std::string> names;
+  std::string budget, out = "faultline-soak", seed, shard, report_every = "5m", keep = "failures", stacks = "auto",
+                      crash = "auto", grace = "1s";
+  std::uint64_t jobs = 1;
+  double timeout_scale = 1.0;
+  bool resume = false, json = false, no_stacks = false;
+  std::vector<std::string> env;
+};
+
+int cmd_soak(const soak_args& a, cli_context& ctx) {
+  soak_options o;
+  auto budget = parse_duration(a.budget);
+  if (!budget) throw usage_error{"--budget: " + budget.error().message()};
+  if (budget->count() <= 0) throw usage_error{"--budget must be positive, e.g. 8h"};
+  o.budget = *budget;
+  auto every = parse_duration(a.report_every);
+  if (!every) throw usage_error{"--report-every: " + every.error().message()};
+  if (every->count() <= 0) throw usage_error{"--report-every must be positive, e.g. 5m"};
+  o.report_every = *every;
+  auto grace = parse_duration(a.grace);
+  if (!grace) throw usage_error{"--grace: " + grace.error().message()};
+  o.grace = *grace;
+  if (a.jobs > max_jobs) throw usage_error{"--jobs " + std::to_string(a.jobs) + ": at most " + std::to_string(max_jobs) + " runs at once"};
+  o.jobs = static_cast<unsigned>(a.jobs);
+  if (!(a.timeout_scale > 0) || a.timeout_scale > 1000) throw usage_error{"--timeout-scale must be in (0, 1000]"};
+  o.timeout_scale = a.timeout_scale;
+  if (!a.seed.empty()) {
+    std::uint64_t seed = 0;
+    auto [p, ec] = std::from_chars(a.seed.data(), a.seed.data() + a.seed.size(), seed);
+    if (ec != std::errc() || p != a.seed.data() + a.seed.size()) throw usage_error{"--seed '" + a.seed + "': expected a non-negative integer"};
+    o.seed = seed;
+  }
+  auto keep = keep_policy_from_string(a.keep);
+  if (!keep) throw usage_error{"--keep '" + a.keep + "': expected failures, all or none"};
+  o.keep = *keep;
+  auto method = stack_method_from_string(a.stacks);
+  if (!method) throw usage_error{"--stacks '" + a.stacks + "': expected auto, gdb, agent, proc or none"};
+  o.stacks.method = a.no_stacks ? stack_method::none : *method;
+  auto crash = crash_capture_from_string(a.crash);
+  if (!crash) throw usage_error{"--crash-capture '" + a.crash + "': expected auto, core, none, outside, minimal or inside"};
+  o.crash = *crash;
+  const scheduled_shard sharding = shard_for(a.shard);
+  o.part = sharding.part;
+  o.out_dir = a.out;
+  o.resume = a.resume;
+  o.env = run_environment(a.env, sharding);
+  auto chosen = catalog_for(a.names, a.names.empty());
+  if (!chosen) throw usage_error{chosen.error().message()};
+  o.scenarios = std::move(*chosen);
+  o.scenario_binary = scenario_binary();
+  o.progress = &ctx.err;
+  o.progress_tty = ctx.err_tty;
+  o.cancel = ctx.cancel;
+  o.warn = [&ctx](const std::string& text) { ctx.err << "faultline: warning: " << text << "\n"; };
+
+  std::error_code ec;
+  fs::create_directories(o.out_dir / "runs", ec);  // where the runs' cores land
+  std::string why;
+  const crash_capture used = resolve_crash_capture(o.crash, &why, fs::absolute(o.out_dir / "runs"));
+  ctx.err << "faultline: soak of " << o.scenarios.size() << (o.scenarios.size() == 1 ? " scenario" : " scenarios")
+          << " for " << format_duration(o.budget) << (o.resume ? " (resuming)" : "")
+          << shard_header(sharding) << ", " << o.jobs
+          << (o.jobs == 1 ? " job" : " jobs") << ", results in " << (o.out_dir / "results.jsonl").string() << "\n";
+  ctx.err << "faultline: containment " << containment_summary() << "; crash capture " << to_string(used)
+          << (why.empty() ? "" : " (" + why + ")") << "\n";
+  acknowledge_sharding();
+  auto r = run_soak(o);
+  if (!r) {
+    ctx.err << "faultline: error: " << r.error().message() << "\n";
+    return exit_usage;
+  }
+  const campaign_result& c = r->campaign;
+  ctx.err << "faultline: seed " << r->seed << "; " << format_duration(r->spent) << " of the " << format_duration(o.budget)
+          << " budget spent" << (c.resumed ? "; " + std::to_string(c.resumed) + " runs were recorded before this resume" : "")
+          << "\n";
+  painter paint{ctx.out_tty && !std::getenv("NO_COLOR")};
+  settings s;
+  s.out = o.out_dir;
+  s.seed = r->seed;
+  s.crash_used = to_string(used);
+  bool clean = r->harness_leaks.empty() && c.stray_pids.empty() && c.stray_shm.empty();
+  for (const auto& v : c.summaries) {
+    const std::string rp = v.first_failure ? "faultline run " + detail::shell_quote(v.name) + repro_flags(*v.first_failure, s) : "";
+    if (a.json) ctx.out << summary_json(v, s, rp).dump() << "\n";
+    else print_human(v, s, rp, paint, ctx.out);
+    clean = clean && v.failures == 0;
+  }
+  for (const auto& leak : r->harness_leaks) ctx.out << paint.red("harness leak: ") << leak << "\n";
+  if (!r->report_html.empty()) ctx.err << "faultline: report: " << fs::absolute(r->report_html).string() << "\n";
+  if (!r->report_markdown.empty()) ctx.err << "faultline: summary: " << fs::absolute(r->report_markdown).string() << "\n";
+  ctx.out.flush();
+  if (c.interrupted) {
+    ctx.err << "faultline: interrupted; continue with the same command and --resume\n";
+    return exit_interrupted;
+  }
+  return clean ? exit_ok : exit_failed;
+}
+
 int cmd_verify(const raw_args& a, cli_context& ctx) {
   settings s = resolve(a, 50);
   auto chosen = catalog_for(a.names, a.names.empty());
@@ -605,6 +738,26 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   verify->add_option("scenario", verify_a.names, "scenario names or patterns (default: all)");
   add_common(verify, verify_a, false);
 
+  soak_args soak_a;
+  auto* soak = app.add_subcommand("soak", "soak scenarios for a time budget: faultline soak [SCENARIO...] --budget DUR [--out DIR] [--resume]");
+  soak->footer(soak_about);
+  soak->add_option("scenario", soak_a.names, "scenario names or patterns (default: all)");
+  soak->add_option("--budget", soak_a.budget, "time to spend, across resumes, e.g. 8h, 30m")->required();
+  soak->add_option("--out,-o", soak_a.out, "output directory (default faultline-soak)");
+  soak->add_flag("--resume", soak_a.resume, "continue the soak in --out with what is left of its budget");
+  soak->add_option("--jobs,-j", soak_a.jobs, "runs at once (default 1; at most 1024)")->check(positive_count);
+  soak->add_option("--seed", soak_a.seed, "the soak's seed (default: from the clock, printed; a resume keeps its own)");
+  soak->add_option("--shard", soak_a.shard, "perform only shard i of n (i/n): the runs k with k mod n == i");
+  soak->add_option("--report-every", soak_a.report_every, "how often OUT/report.html, OUT/report.md and OUT/soak.json are rewritten (default 5m)");
+  soak->add_option("--timeout-scale", soak_a.timeout_scale, "multiply every scenario's timeout (a slow machine, a sanitizer build)");
+  soak->add_option("--keep", soak_a.keep, "whose files stay: failures (default), all, none");
+  soak->add_option("--stacks", soak_a.stacks, "stack capture of hung runs: auto, gdb, eu-stack, agent, proc, none");
+  soak->add_flag("--no-stacks", soak_a.no_stacks, "do not capture stacks of hung runs");
+  soak->add_option("--crash-capture", soak_a.crash, "as for run: auto (default), core, none, outside, minimal, inside");
+  soak->add_option("--grace", soak_a.grace, "time between SIGTERM and SIGKILL when ending a run (default 1s)");
+  soak->add_option("--env", soak_a.env, "set K=V in every run's environment (repeatable)")->allow_extra_args(false);
+  soak->add_flag("--json", soak_a.json, "print one JSON summary object per scenario to stdout");
+
   std::string region_path;
   bool region_repair = false, region_json = false;
   auto* region = app.add_subcommand("region", "inspect (and --repair) a shared accounting region: faultline region PATH");
@@ -634,8 +787,10 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
 
   // CLI11 reports a misspelt subcommand as a missing one; name it instead.
   if (args.size() > 1 && !args[1].empty() && args[1][0] != '-' && args[1] != "list" && args[1] != "run" &&
-      args[1] != "exec" && args[1] != "verify" && args[1] != "region" && args[1] != "report" && args[1] != "gate") {
-    ctx.err << "faultline: error: unknown subcommand '" << args[1] << "' (expected list, run, exec, verify, region, report or gate)\n"
+      args[1] != "exec" && args[1] != "verify" && args[1] != "soak" && args[1] != "region" && args[1] != "report" &&
+      args[1] != "gate") {
+    ctx.err << "faultline: error: unknown subcommand '" << args[1]
+            << "' (expected list, run, exec, verify, soak, region, report or gate)\n"
             << "Run 'faultline --help' for usage.\n";
     return exit_usage;
   }
@@ -657,6 +812,7 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
     if (run->parsed()) return cmd_run(run_a, ctx);
     if (exec->parsed()) return cmd_exec(exec_a, exec_cmd, ctx);
     if (verify->parsed()) return cmd_verify(verify_a, ctx);
+    if (soak->parsed()) return cmd_soak(soak_a, ctx);
     if (region->parsed()) return region_command(region_path, region_repair, region_json, ctx.out, ctx.err);
     if (report->parsed()) return reports::report_command(report_o, ctx.out, ctx.err);
     if (gate->parsed()) return reports::gate_command(gate_o, ctx.out, ctx.err);

@@ -38,6 +38,11 @@ std::string progress_meter::line(std::uint64_t done, std::uint64_t failures, std
   return s;
 }
 
+void progress_meter::set_suffix(std::function<std::string()> suffix) {
+  std::lock_guard lock(mu_);
+  suffix_ = std::move(suffix);
+}
+
 void progress_meter::update(std::uint64_t done, std::uint64_t failures) {
   std::lock_guard lock(mu_);
   done_ = done;
@@ -70,6 +75,7 @@ void progress_meter::print_locked(bool final) {
   last_print_ = now;
   printed_ = true;
   std::string s = line(done_, failures_, total_, std::chrono::duration_cast<std::chrono::milliseconds>(now - start_));
+  if (suffix_) s += suffix_();
   if (tty_) {
     std::size_t width = s.size();
     if (width < last_width_) s += std::string(last_width_ - width, ' ');

@@ -34,6 +34,8 @@ class progress_meter {
   /// held still: on a terminal the in-place line is cleared first and drawn again after, so
   /// that the two never mix.
   void interject(const std::function<void()>& write);
+  /// Text appended to every line from now on (", 12m of 8h budget"); called under the meter's lock.
+  void set_suffix(std::function<std::string()> suffix);
   /// The text of the line for the given counts and elapsed time (no newline).
   static std::string line(std::uint64_t done, std::uint64_t failures, std::uint64_t total,
                           std::chrono::milliseconds elapsed);
@@ -49,6 +51,7 @@ class progress_meter {
   std::uint64_t done_ = 0, failures_ = 0;
   std::size_t last_width_ = 0;
   bool printed_ = false;
+  std::function<std::string()> suffix_;
 };
 
 }  // namespace faultline::harness

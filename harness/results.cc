@@ -1,6 +1,7 @@
 #include "harness/results.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -122,6 +123,7 @@ core::status results_writer::open(const std::filesystem::path& path) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) return detail::sys_error(errno, "open " + path.string());
+  path_ = path.string();
   return {};
 }
 
@@ -130,7 +132,13 @@ core::status results_writer::append(const run_record& r) {
   std::string line = nlohmann::json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::lock_guard lock(mu_);
   if (fd_ < 0) return core::status(core::errc::invalid_argument, "results file is not open");
-  return detail::write_all(fd_, line, "write results");
+  // A write that fails part-way (a full disk) is cut off again, so that the file keeps only
+  // whole records: everything recorded before it stays readable, without a torn line.
+  struct stat before {};
+  const bool sized = ::fstat(fd_, &before) == 0;
+  auto s = detail::write_all(fd_, line, "write " + path_);
+  if (!s && sized) (void)::ftruncate(fd_, before.st_size);
+  return s;
 }
 
 namespace {

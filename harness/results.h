@@ -103,6 +103,7 @@ class results_writer {
  private:
   std::mutex mu_;
   int fd_ = -1;
+  std::string path_;
 };
 
 /// What read_results found.

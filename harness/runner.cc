@@ -149,11 +149,9 @@ std::vector<std::string> faultline_shm_entries() {
   return out;
 }
 
-// Of `names` (entries of /dev/shm), those some live process other than this one still has open or
-// mapped. The run's own tree is gone when this is asked, so such an entry belongs to someone else
-// on the machine (another campaign, a test beside this one) that created it while the run ran: it
-// is neither the run's leak nor this harness's to remove.
-std::set<std::string> held_elsewhere(const std::vector<std::string>& names) {
+// The run's own tree is gone when this is asked, so an entry held elsewhere belongs to someone
+// else on the machine (another campaign, a test beside this one) that created it while the run ran.
+std::set<std::string> shm_held_by_others(const std::vector<std::string>& names) {
   std::set<std::string> held;
   if (names.empty()) return held;
   std::set<std::string> paths;
@@ -344,7 +342,7 @@ run_report run_once(const run_request& rq) {
     for (const auto& name : faultline_shm_entries()) {
       if (!shm_before.count(name)) fresh.push_back(name);
     }
-    const std::set<std::string> others = held_elsewhere(fresh);
+    const std::set<std::string> others = shm_held_by_others(fresh);
     for (const auto& name : fresh) {
       if (others.count(name)) continue;
       ev.leaked_shm.push_back(name);

@@ -33,6 +33,7 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <string>
 #include <vector>
@@ -99,5 +100,9 @@ run_report run_once(const run_request& rq);
 
 /// Names of /dev/shm entries beginning with "faultline".
 std::vector<std::string> faultline_shm_entries();
+
+/// Of /dev/shm entries `names`, those that a live process other than this one holds open or
+/// mapped: another campaign's or test's objects, neither a run's leak nor this harness's to remove.
+std::set<std::string> shm_held_by_others(const std::vector<std::string>& names);
 
 }  // namespace faultline::harness

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "harness/detail/sys.h"
+#include "harness/fault_space.h"
 #include "harness/process.h"
 
 namespace faultline::harness {
@@ -34,6 +35,8 @@ core::result<std::vector<scenario_info>> parse_catalog(std::string_view json_tex
           return core::status(core::errc::corrupt, info.name + ": detect_rate of " + bp.point + " is not in [0, 1]");
         info.bug_points.push_back(std::move(bp));
       }
+      for (const auto& f : s.value("fault_space", nlohmann::json::array())) info.fault_space.push_back(f.get<std::string>());
+      if (auto st = check_fault_space(info.fault_space); !st) return core::status(core::errc::corrupt, info.name + ": " + st.message());
       out.push_back(std::move(info));
     }
   } catch (const nlohmann::json::exception& e) {
@@ -82,7 +85,8 @@ nlohmann::json to_json(const std::vector<scenario_info>& catalog) {
   for (const auto& s : catalog) {
     auto bps = nlohmann::json::array();
     for (const auto& b : s.bug_points) bps.push_back({{"point", b.point}, {"faults", b.faults}, {"detect_rate", b.detect_rate}});
-    arr.push_back({{"name", s.name}, {"description", s.description}, {"timeout_ms", s.timeout.count()}, {"bug_points", bps}});
+    arr.push_back({{"name", s.name}, {"description", s.description}, {"timeout_ms", s.timeout.count()}, {"bug_points", bps},
+                   {"fault_space", s.fault_space}});
   }
   return arr;
 }

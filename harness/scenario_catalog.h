@@ -4,7 +4,8 @@
 // environment variable FAULTLINE_SCENARIOS overrides the path). Its contract:
 //   faultline-scenarios list --json   prints a JSON array of
 //       {"name": "exit/static-pool", "description": "...", "timeout_ms": 20000,
-//        "bug_points": [{"point": "bug/alloc/no-exit-guard", "faults": "<spec>", "detect_rate": 0.95}]}
+//        "bug_points": [{"point": "bug/alloc/no-exit-guard", "faults": "<spec>", "detect_rate": 0.95}],
+//        "fault_space": ["sim/stream/op=1..20%delay(10us..2ms)", ...]}     (optional)
 //   faultline-scenarios run NAME      runs one scenario in-process, reading FAULTLINE_SEED,
 //       FAULTLINE_FAULTS and FAULTLINE_RUN_DIR; exit 0 = pass, exit 1 with
 //       "invariant violated: INVARIANT: detail" on stderr = fail.
@@ -40,6 +41,8 @@ struct scenario_info {
   std::string description;
   std::chrono::milliseconds timeout{60'000};
   std::vector<bug_point> bug_points;
+  /// The faults a soak draws from (harness/fault_space.h); empty: the soak varies only seeds.
+  std::vector<std::string> fault_space;
 };
 
 /// The scenario binary's path: $FAULTLINE_SCENARIOS, else faultline-scenarios beside the

@@ -63,7 +63,9 @@ struct variant_state {
   std::uint64_t first_run = 0;
 
   variant_state(std::string n, std::string f, std::string k)
-      : name(std::move(n)), faults(std::move(f)), key(std::move(k)), builder({{key, faults}}) {}
+      // A soak's label is no spec: its runs' points are not checked against it.
+      : name(std::move(n)), faults(std::move(f)), key(std::move(k)),
+        builder({{key, faults == soak_faults_label ? std::string() : faults}}) {}
 };
 
 // The campaign a results file belongs to, from the campaign.json beside it.
@@ -323,11 +325,15 @@ core::result<report_model> load_report(const std::vector<fs::path>& paths) {
       if (fresh) campaign_first_file[campaign] = file;
     }
 
+    // A soak draws a fault spec per run from each scenario's space: its runs are grouped by
+    // scenario (one variant per spec would be one per run), under the spec label below.
+    const bool soak = fs::exists((dir.empty() ? fs::path(".") : dir) / "soak.json", ec);
     auto visit = [&](run_record&& r, std::uint64_t) -> core::status {
       ++in.records;
-      auto [vit, fresh] = variant_of.emplace(std::make_pair(r.name, r.faults), states.size());
+      const std::string group_faults = soak ? std::string(soak_faults_label) : r.faults;
+      auto [vit, fresh] = variant_of.emplace(std::make_pair(r.name, group_faults), states.size());
       if (fresh) {
-        states.push_back(std::make_unique<variant_state>(r.name, r.faults, std::to_string(states.size())));
+        states.push_back(std::make_unique<variant_state>(r.name, group_faults, std::to_string(states.size())));
         states.back()->first_file = file_index;
         states.back()->first_run = r.run;
       }

@@ -49,7 +49,7 @@ int list(bool json) {
                         {"expect", b.expect}});
       }
       out.push_back({{"name", s.name}, {"description", s.description},
-                     {"timeout_ms", s.timeout_ms}, {"bug_points", bugs}});
+                     {"timeout_ms", s.timeout_ms}, {"bug_points", bugs}, {"fault_space", s.fault_space}});
     }
     std::printf("%s\n", out.dump(2).c_str());
     return 0;

@@ -57,6 +57,10 @@ struct scenario {
   int timeout_ms = 20000;   ///< default outer timeout per run
   std::function<void(context&)> run;
   std::vector<bug_variant> bug_points;
+  /// The faults the clean implementation must survive, from which `faultline soak` draws a spec
+  /// per run: spec items whose numbers may be ranges LO..HI (harness/fault_space.h), e.g.
+  /// "sim/stream/op=1..20%delay(10us..2ms)". Never bug points.
+  std::vector<std::string> fault_space = {};
 };
 
 /// The run's seeded generator: faultline's one splitmix64 (see faults/random.h).

@@ -137,7 +137,30 @@ struct registration {
   pid_t owner_pid = 0;
   std::uint64_t start_time = 0;
   std::uint32_t devices = 0;
+  // Writers of this process's slot take a turn here first, in arrival order. The slot's
+  // sequence CAS alone is unfair: a thread that releases it takes it again before a waiter gets
+  // a look in, so a writer preempted inside its updates, again and again, kept another thread of
+  // the process out past the write bound and its charge was refused as busy (found by a soak:
+  // accounting/torn-read with accounting/slot/mid-update delayed). Process-local: the slot's
+  // writers are all threads of this process.
+  std::atomic<std::uint32_t> writers_next{0};
+  std::atomic<std::uint32_t> writers_serving{0};
 };
+
+// Waits for turn `t` of a registration's writers; the writer ahead is inside a short update.
+void wait_turn(const std::atomic<std::uint32_t>& serving, std::uint32_t t) noexcept {
+  for (std::uint32_t n = 0; serving.load(std::memory_order_acquire) != t; ++n) {
+    if (n < 64) {
+      cpu_relax();
+    } else if (n < 1024) {
+      sched_yield();
+    } else {
+      // Preempted or delayed inside its update: sleep rather than burn the core it needs.
+      struct timespec ts = {0, 20'000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+}
 
 constexpr int registration_count = 64;
 registration table[registration_count];
@@ -833,10 +856,15 @@ status region::write_slot(std::uint32_t device, kind k, std::uint64_t bytes, boo
                                               " out of range (" + std::to_string(devices_) + " devices)");
   }
   slot* s = detail::slot_at(h_, static_cast<std::uint32_t>(slot_index_));
-  const registration& reg = table[registration_];
+  registration& reg = table[registration_];
 
   const bool no_seqlock = FAULTLINE_BUG("bug/accounting/no-seqlock");
   const bool no_exclusion = !no_seqlock && FAULTLINE_BUG("bug/accounting/no-writer-exclusion");
+  const bool queued = !no_seqlock && !no_exclusion;
+  if (queued) wait_turn(reg.writers_serving, reg.writers_next.fetch_add(1, std::memory_order_relaxed));
+  auto next_turn = [&]() noexcept {
+    if (queued) reg.writers_serving.fetch_add(1, std::memory_order_release);
+  };
   std::uint64_t q = 0;
   if (no_seqlock) {
     // Pre-fix: counters written in place with nothing to tell a reader a write is under way.
@@ -846,6 +874,8 @@ status region::write_slot(std::uint32_t device, kind k, std::uint64_t bytes, boo
     s->seq.fetch_add(1, std::memory_order_acq_rel);
     seqlock_fence(std::memory_order_release);
   } else if (!acquire_slot_write(s, clock_type::now() + std::max(opt_.reader_bound, std::chrono::milliseconds(1000)), q)) {
+    // Only the exit cleanup or a repair competes with the turn's holder now.
+    next_turn();
     return status(errc::busy, std::string("accounting: ") + op + ": slot " + std::to_string(slot_index_) +
                                   " stayed mid-update by another thread past the bound");
   }
@@ -855,6 +885,7 @@ status region::write_slot(std::uint32_t device, kind k, std::uint64_t bytes, boo
       s->seq.fetch_add(1, std::memory_order_release);
     } else {
       s->seq.store(q + 2, std::memory_order_release);
+      next_turn();
     }
   };
   // Checked with the write side held: the exit cleanup marks the registration before it takes the

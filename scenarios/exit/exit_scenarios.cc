@@ -224,7 +224,19 @@ void early_reset(context& ctx) {
 }  // namespace
 
 void register_exit_scenarios(registry& r) {
-  auto add = [&r](scenario s) { add_or_abort(r, std::move(s)); };
+  // The soak's fault space (harness/fault_space.h): device calls, the pool's growth and the
+  // window between the runtime's unloading check and its work slowed at random. The fixed
+  // allocator must survive every combination; the bug points are verify's.
+  const std::vector<std::string> fault_space = {
+      "sim/allocate=1..30%delay(1us..2ms)",
+      "sim/free=1..30%delay(1us..2ms)",
+      "sim/stream/op=1..30%delay(1us..2ms)",
+      "sim/call/after-unloading-check=1..50%delay(1us..5ms)",
+      "alloc/pool/grow=1..50%delay(1us..2ms)"};
+  auto add = [&r, &fault_space](scenario s) {
+    s.fault_space = fault_space;
+    add_or_abort(r, std::move(s));
+  };
   add({.name = "exit/static-pool",
        .description = "per-device pool map destroyed at exit after the runtime teardown (RMM #2367)",
        .timeout_ms = 20000,

@@ -827,7 +827,16 @@ void reexport_chain(context& ctx) {
 }  // namespace
 
 void register_ipc_scenarios(registry& r) {
-  auto add = [&r](scenario s) { add_or_abort(r, std::move(s)); };
+  // The soak's fault space (harness/fault_space.h): children that start late (well inside the
+  // parent's join timeout) and device streams slowed at random.
+  const std::vector<std::string> fault_space = {
+      "ipc/child/start=1..50%delay(1ms..50ms)",
+      "sim/stream/op=1..20%delay(1us..1ms)",
+      "sim/allocate=1..20%delay(1us..1ms)"};
+  auto add = [&r, &fault_space](scenario s) {
+    s.fault_space = fault_space;
+    add_or_abort(r, std::move(s));
+  };
   auto add_worker = [&r](std::string name, worker_fn fn) {
     add_worker_or_abort(r, std::move(name), std::move(fn));
   };

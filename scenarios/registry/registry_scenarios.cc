@@ -622,7 +622,19 @@ void unregister_all_under_load(context& ctx) {
 }  // namespace
 
 void register_registry_scenarios(registry& r) {
-  auto add = [&r](scenario s) { add_or_abort(r, std::move(s)); };
+  // The soak's fault space (harness/fault_space.h): workers, drains, registration and each step
+  // of an unregister slowed at random (items a scenario forces replace these for that point).
+  const std::vector<std::string> fault_space = {
+      "registry/worker/task=1..30%delay(10us..2ms)",
+      "registry/worker/drain=1..50%delay(10us..5ms)",
+      "registry/register/after-insert=1..50%delay(10us..5ms)",
+      "registry/unregister/after-mark=1..50%delay(10us..5ms)",
+      "registry/unregister/after-remove=1..50%delay(10us..5ms)",
+      "sim/stream/op=1..20%delay(1us..1ms)"};
+  auto add = [&r, &fault_space](scenario s) {
+    s.fault_space = fault_space;
+    add_or_abort(r, std::move(s));
+  };
   add({.name = "registry/unregister-while-saving",
        .description = "16 concurrent saves race an unregister of their instance (PegaFlow #329)",
        .timeout_ms = 20000,

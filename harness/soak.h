@@ -1,0 +1,98 @@
+// A soak: the scenarios run round-robin for a time budget, every run with its own seed and a
+// fault spec drawn from its scenario's fault space, with leak checks between runs, a state that
+// survives the harness being killed, and a report kept up to date while it runs.
+//
+// It is a campaign (campaign.h) with an unbounded number of runs, so it keeps everything a
+// campaign does: the same runner and containment, the same results file, output pruning (a
+// million passing runs keep a line each and no files), sharding (run k belongs to shard
+// k mod n) and resume. Run k is scenario (k / n) mod S, so that every shard rotates through
+// every scenario, with seed `seed + k` and the fault spec draw_faults(space,
+// fault_draw_seed(seed, k)): everything about a run follows from the soak's seed and the run's
+// number, so a failure replays with `faultline run NAME --seed X --faults Y`.
+//
+// Between runs (every few runs, with no run in flight) the soak checks the harness itself:
+// processes no run could claim, /dev/shm/faultline* entries nobody holds, descriptors the harness
+// had not open at the start (anything left is named, removed or killed, and counted as a harness
+// leak). Every `report_every` it rewrites OUT/soak.json and OUT/report.{html,md}.
+//
+//   harness::soak_options o;
+//   o.scenarios = *select(*catalog, {"exit/*"});
+//   o.scenario_binary = scenario_binary();
+//   o.budget = std::chrono::hours(8);
+//   o.out_dir = "soak-out";
+//   auto r = harness::run_soak(o);
+//
+// Output directory: what a campaign writes (results.jsonl, campaign.json, logs/, runs/) and
+//   OUT/soak.json     seed, budget, time spent so far, scenarios and their fault spaces, runs,
+//                     failures and harness leaks; rewritten atomically (what --resume reads)
+//   OUT/report.html, OUT/report.md   the report of every run so far
+//
+// Resuming (`resume`): after the harness was killed, the soak continues with the seed, scenarios
+// and fault spaces of OUT/soak.json (other ones are refused), spends what is left of the budget
+// (time already spent counts, up to the last state write), performs first the runs that were in
+// flight, and never records a run twice.
+//
+// Thread safety: run_soak blocks; one at a time per process.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "harness/campaign.h"
+#include "harness/scenario_catalog.h"
+
+namespace faultline::harness {
+
+/// How to soak.
+struct soak_options {
+  std::vector<scenario_info> scenarios;    ///< in rotation order (their clean variants)
+  std::filesystem::path scenario_binary;   ///< runs `BIN run NAME`
+  std::chrono::milliseconds budget{0};     ///< total time to spend, across resumes
+  std::optional<std::uint64_t> seed;       ///< none: the recorded one (resume) or one from the clock
+  unsigned jobs = 1;
+  shard part;
+  std::filesystem::path out_dir = "faultline-soak";
+  bool resume = false;
+  std::chrono::milliseconds report_every{std::chrono::minutes(5)};
+  /// A scenario's timeout is its catalog timeout times this (a slower machine, a sanitizer).
+  double timeout_scale = 1.0;
+  std::chrono::milliseconds grace{1'000};
+  stack_options stacks;
+  crash_capture crash = crash_capture::automatic;
+  keep_policy keep = keep_policy::failures;
+  std::vector<std::string> env;            ///< base environment of every run
+  std::ostream* progress = nullptr;
+  bool progress_tty = false;
+  const std::atomic<bool>* cancel = nullptr;
+  std::function<void(const std::string&)> warn;
+  std::string plotly_js;                   ///< for the HTML report ("" = the configured one)
+};
+
+/// What a soak did.
+struct soak_result {
+  campaign_result campaign;                ///< this invocation's campaign (summaries: every run)
+  std::uint64_t seed = 0;
+  std::chrono::milliseconds spent{0};      ///< of the budget, across resumes
+  bool budget_spent = false;               ///< it ended because the budget ran out
+  std::vector<std::string> harness_leaks;  ///< what the checks between runs found, one line each
+  std::filesystem::path report_html, report_markdown;  ///< empty when one could not be written
+};
+
+/// The name of the soak's state file in its output directory.
+inline constexpr const char* soak_state_file = "soak.json";
+
+/// Runs the soak. Errors: invalid_argument for no scenarios, a zero budget, a malformed fault
+/// space, or a resume whose seed, scenarios or spaces differ from OUT/soak.json (the message
+/// says which); corrupt for an unreadable soak.json; io_error when the output cannot be written
+/// (a full disk: the runs recorded so far are intact, and the message says so).
+core::result<soak_result> run_soak(const soak_options& o);
+
+}  // namespace faultline::harness
