@@ -243,11 +243,12 @@ class cuda_backend final : public backend {
     }
     if (!driver_) return driver_.error();
     const std::string what = "cuDevicePrimaryCtxReset(" + std::to_string(device) + ")";
+    device_slot& slot = slots_[device];
     CUdevice dev = 0;
-    if (CUresult r = driver_->device_get(&dev, device); r != CUDA_SUCCESS) return driver_failure(r, what);
+    if (CUresult r = cu_device(slot, device, dev); r != CUDA_SUCCESS) return driver_failure(r, what);
     if (CUresult r = driver_->primary_ctx_reset(dev); r != CUDA_SUCCESS) return driver_failure(r, what);
     // Counted after success only: a failed reset invalidated nothing.
-    own_resets_[device].fetch_add(1, std::memory_order_acq_rel);
+    slot.own_resets.fetch_add(1, std::memory_order_acq_rel);
     return status::ok();
   }
 
@@ -262,46 +263,62 @@ class cuda_backend final : public backend {
   //     context N" differs from "context N".
   //   - own resets: a reset while no context exists destroys nothing new but must still change
   //     the epoch, so the backend's own count is part of it.
-  // Reading the state creates nothing: cuDevicePrimaryCtxGetState only reads, and the primary
-  // context is retained (to name it for cuCtxGetId) only when it is already active, then
-  // released, leaving the reference count as it was. The one window is a concurrent reset or
-  // final release between the two calls, in which the retain recreates a context and the
-  // release destroys it again (measured cost of the whole query: ~130 ns on an H100).
+  // The common query is one driver call: cuCtxGetId on the primary context's handle, kept from
+  // the first time the query below found the context active. The handle names the device's
+  // primary context object, which the driver keeps for the life of the process and reuses
+  // across resets (measured on driver 580: same address after a reset), so keeping it never
+  // dangles. cuCtxGetId on it answers the live context's id (a recreated context's is new), or
+  // an error while a reset has left the context destroyed (measured:
+  // CUDA_ERROR_CONTEXT_IS_DESTROYED, reading nothing and creating nothing); both facts are
+  // pinned by the GPU tests. So a reset that happens-before a query changes its answer either
+  // way. Any error goes on to the full query, which tells "inactive" from "recreated since":
+  // cuDevicePrimaryCtxGetState (only reads) and, only when the context is active, a retain to
+  // name it for cuCtxGetId and a release, leaving the reference count as it was. The one window
+  // is a concurrent reset or final release between those two calls, in which the retain
+  // recreates a context and the release destroys it again. cuDeviceGet's answer is kept too
+  // (ordinals do not change within a process). Measured on an H100 (driver 580): the
+  // five-call query cost ~140 ns, ~650 ns a call with four threads at it; cuCtxGetId alone
+  // ~17 ns, and four threads do not slow it (reports/gpu/epoch).
   // Once teardown has been seen (cudaErrorCudartUnloading anywhere, or the driver answering
-  // CUDA_ERROR_DEINITIALIZED, measured after cudart's teardown) the last epoch is returned and
-  // nothing is called or counted.
+  // CUDA_ERROR_DEINITIALIZED, measured after cudart's teardown; the first query after it, with
+  // a kept handle, answers the last epoch too, pinned by a death test) the last epoch is
+  // returned and nothing is called or counted.
   [[nodiscard]] std::uint64_t context_epoch(int device) const noexcept override {
     if (device < 0 || device >= max_devices) return 0;
-    std::atomic<std::uint64_t>& last = last_epoch_[device];
-    if (rt_.torn_down()) return last.load(std::memory_order_acquire);
+    device_slot& slot = slots_[device];
+    if (rt_.torn_down()) return slot.last_epoch.load(std::memory_order_acquire);
     initialise();
-    if (!driver_ || rt_.torn_down()) return last.load(std::memory_order_acquire);
+    if (!driver_ || rt_.torn_down()) return slot.last_epoch.load(std::memory_order_acquire);
     const driver_api& drv = *driver_;
+
+    unsigned long long id = 0;
+    if (CUcontext cached = slot.primary.load(std::memory_order_acquire); cached != nullptr) {
+      const CUresult r = drv.ctx_get_id(cached, &id);
+      if (r == CUDA_SUCCESS) return publish_epoch(slot, 2 * active_context(slot, id));
+      if (r == CUDA_ERROR_DEINITIALIZED) return epoch_unreadable(r, slot);
+      // Destroyed and not recreated (or recreated since the call): the state says which.
+    }
 
     CUdevice dev = 0;
     unsigned int flags = 0;
     int active = 0;
-    CUresult r = drv.device_get(&dev, device);
+    CUresult r = cu_device(slot, device, dev);
     if (r == CUDA_SUCCESS) r = drv.primary_ctx_get_state(dev, &flags, &active);
-    if (r != CUDA_SUCCESS) return epoch_unreadable(r, last);
+    if (r != CUDA_SUCCESS) return epoch_unreadable(r, slot);
 
     std::uint64_t identity = 0;
     if (active != 0) {
       CUcontext ctx = nullptr;
-      if ((r = drv.primary_ctx_retain(&ctx, dev)) != CUDA_SUCCESS) return epoch_unreadable(r, last);
-      unsigned long long id = 0;
+      if ((r = drv.primary_ctx_retain(&ctx, dev)) != CUDA_SUCCESS) return epoch_unreadable(r, slot);
       r = drv.ctx_get_id(ctx, &id);
       drv.primary_ctx_release(dev);
-      if (r != CUDA_SUCCESS) return epoch_unreadable(r, last);
-      store_max(seen_context_id_[device], id);
-      identity = 2 * static_cast<std::uint64_t>(id);
-    } else if (std::uint64_t seen = seen_context_id_[device].load(std::memory_order_relaxed); seen != 0) {
+      if (r != CUDA_SUCCESS) return epoch_unreadable(r, slot);
+      slot.primary.store(ctx, std::memory_order_release);
+      identity = 2 * active_context(slot, id);
+    } else if (std::uint64_t seen = slot.seen_context_id.load(std::memory_order_relaxed); seen != 0) {
       identity = 2 * seen + 1;
     }
-    const std::uint64_t epoch =
-        (own_resets_[device].load(std::memory_order_acquire) << epoch_identity_bits) | (identity & epoch_identity_mask);
-    last.store(epoch, std::memory_order_release);
-    return epoch;
+    return publish_epoch(slot, identity);
   }
 
   [[nodiscard]] runtime_state state() const noexcept override { return rt_.state(); }
@@ -312,7 +329,10 @@ class cuda_backend final : public backend {
   // initialises the driver, which is when CUDA registers its exit teardown with atexit
   // (measured: the registration happens at the process's first cuInit, whoever makes it), so a
   // process whose first CUDA use is this backend gets the lazy-init order device.h promises.
+  // The flag spares every later call std::call_once, which is not free (libstdc++ stores the
+  // callable in thread-locals before it asks pthread_once), on context_epoch()'s hot path.
   void initialise() const noexcept {
+    if (initialised_.load(std::memory_order_acquire)) return;
     std::call_once(init_once_, [this] {
       cudaError_t err = cudaSuccess;
       driver_ = load_driver_api(err);
@@ -321,6 +341,7 @@ class cuda_backend final : public backend {
       } else {
         rt_.mark_running();
       }
+      initialised_.store(true, std::memory_order_release);
     });
   }
 
@@ -341,21 +362,60 @@ class cuda_backend final : public backend {
     return driver_->error(r, what);
   }
 
-  std::uint64_t epoch_unreadable(CUresult r, const std::atomic<std::uint64_t>& last) const noexcept {
+  // What context_epoch() keeps per device, one cache line each so that queries for different
+  // devices from different threads do not contend.
+  struct alignas(64) device_slot {
+    std::atomic<bool> cu_device_known{false};
+    std::atomic<CUdevice> cu_device{0};
+    std::atomic<CUcontext> primary{nullptr};  // the primary context's handle, once seen active
+    std::atomic<std::uint64_t> own_resets{0};
+    std::atomic<std::uint64_t> seen_context_id{0};  // the largest context id seen
+    std::atomic<std::uint64_t> last_epoch{0};       // answered after teardown
+  };
+
+  // cuDeviceGet once per ordinal: the answer never changes within a process.
+  CUresult cu_device(device_slot& slot, int device, CUdevice& out) const noexcept {
+    if (slot.cu_device_known.load(std::memory_order_acquire)) {
+      out = slot.cu_device.load(std::memory_order_relaxed);
+      return CUDA_SUCCESS;
+    }
+    const CUresult r = driver_->device_get(&out, device);
+    if (r == CUDA_SUCCESS) {
+      slot.cu_device.store(out, std::memory_order_relaxed);
+      slot.cu_device_known.store(true, std::memory_order_release);
+    }
+    return r;
+  }
+
+  static std::uint64_t active_context(device_slot& slot, unsigned long long id) noexcept {
+    store_max(slot.seen_context_id, id);
+    return static_cast<std::uint64_t>(id);
+  }
+
+  // Written only when it changes: the common query then writes no shared cache line.
+  static std::uint64_t publish_epoch(device_slot& slot, std::uint64_t identity) noexcept {
+    const std::uint64_t epoch =
+        (slot.own_resets.load(std::memory_order_acquire) << epoch_identity_bits) | (identity & epoch_identity_mask);
+    if (slot.last_epoch.load(std::memory_order_relaxed) != epoch) {
+      slot.last_epoch.store(epoch, std::memory_order_release);
+    }
+    return epoch;
+  }
+
+  std::uint64_t epoch_unreadable(CUresult r, const device_slot& slot) const noexcept {
     if (r == CUDA_ERROR_DEINITIALIZED) rt_.mark_torn_down();
-    return last.load(std::memory_order_acquire);
+    return slot.last_epoch.load(std::memory_order_acquire);
   }
 
   // context_epoch() is const to callers but loads the driver table on first use and records
   // what it observes; hence the mutable members.
   mutable std::once_flag init_once_;
+  mutable std::atomic<bool> initialised_{false};
   mutable runtime_tracker rt_;
   mutable result<driver_api> driver_{status(errc::unavailable, "the CUDA driver has not been loaded")};
   std::once_flag nvml_once_;
   result<nvml_api> nvml_{status(errc::unavailable, "NVML has not been loaded")};
-  std::atomic<std::uint64_t> own_resets_[max_devices] = {};
-  mutable std::atomic<std::uint64_t> seen_context_id_[max_devices] = {};
-  mutable std::atomic<std::uint64_t> last_epoch_[max_devices] = {};
+  mutable device_slot slots_[max_devices];
 };
 
 }  // namespace detail

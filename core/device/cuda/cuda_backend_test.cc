@@ -2,8 +2,9 @@
 //
 // Goal: the backend keeps device.h's contract on real CUDA — error values carrying CUDA's own
 // names, runtime_unloading counted after cudart's teardown, a context epoch that changes on
-// every reset whoever makes it — and faultline binaries start and choose the sim on machines
-// with no GPU and no driver. Method: tests that need no GPU (error mapping, the teardown
+// every reset whoever makes it (and the driver facts its one-call path rests on), so that a
+// pool never serves memory of a reset context — and faultline binaries start and choose the sim
+// on machines with no GPU and no driver. Method: tests that need no GPU (error mapping, the teardown
 // tracker, argument checks, the binary's dynamic dependencies, backend selection) run
 // everywhere; every GPU test asks first whether a CUDA device answers and skips with the reason
 // when none does. Exit-time and crash facts run in death-test children (a re-exec of this
@@ -32,7 +33,10 @@
 #include <condition_variable>
 #include <csignal>
 #include <mutex>
+#include <thread>
 
+#include "core/alloc/device_resource.h"
+#include "core/alloc/pool_resource.h"
 #include "core/device/cuda/detail/cuda_status.h"
 #include "core/device/cuda/detail/driver_api.h"
 #endif
@@ -501,6 +505,10 @@ TEST_F(cuda_gpu, a_reset_made_directly_through_the_driver_changes_the_epoch) {
 }
 
 TEST_F(cuda_gpu, context_epoch_never_creates_a_context) {
+  // The epoch has been read with the context active, so the backend holds its handle and the
+  // queries below take the one-call path first.
+  ASSERT_TRUE(dev().synchronize_device());
+  EXPECT_NE(dev().context_epoch(0), 0u);
   ASSERT_TRUE(dev().reset_context(0));
   detail::driver_api drv = driver_or_die();
   CUdevice d = 0;
@@ -515,6 +523,150 @@ TEST_F(cuda_gpu, context_epoch_never_creates_a_context) {
   ASSERT_TRUE(dev().reset_context(0));
   EXPECT_NE(dev().context_epoch(0), e);
   EXPECT_TRUE(dev().synchronize_device());
+}
+
+// context_epoch()'s one-call path rests on two driver facts, pinned here so that a driver that
+// changes either fails this test rather than the early-reset guarantee: the primary context's
+// handle stays the same object across a reset (so keeping it never dangles), and cuCtxGetId on
+// it answers an error while the context is destroyed (creating nothing) and the new context's
+// id once it is recreated.
+TEST_F(cuda_gpu, the_primary_context_handle_outlives_a_reset_and_names_each_new_context) {
+  ASSERT_TRUE(dev().synchronize_device());  // the context exists
+  detail::driver_api drv = driver_or_die();
+  CUdevice d = 0;
+  ASSERT_EQ(drv.device_get(&d, 0), CUDA_SUCCESS);
+  CUcontext before = nullptr;
+  ASSERT_EQ(drv.primary_ctx_retain(&before, d), CUDA_SUCCESS);
+  ASSERT_EQ(drv.primary_ctx_release(d), CUDA_SUCCESS);
+  unsigned long long id_before = 0;
+  ASSERT_EQ(drv.ctx_get_id(before, &id_before), CUDA_SUCCESS);
+
+  ASSERT_EQ(drv.primary_ctx_reset(d), CUDA_SUCCESS);
+  unsigned long long id_destroyed = 0;
+  const CUresult destroyed = drv.ctx_get_id(before, &id_destroyed);
+  const char* name = nullptr;
+  drv.get_error_name(destroyed, &name);
+  std::fprintf(stderr, "cuCtxGetId of a destroyed primary context: %s (%d), id %llu (was %llu)\n",
+               name ? name : "?", static_cast<int>(destroyed), id_destroyed, id_before);
+  EXPECT_NE(destroyed, CUDA_SUCCESS) << "a destroyed context still answers its id " << id_destroyed;
+  unsigned int flags = 0;
+  int active = -1;
+  ASSERT_EQ(drv.primary_ctx_get_state(d, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 0) << "cuCtxGetId recreated the primary context";
+
+  ASSERT_TRUE(dev().synchronize_device());  // the runtime recreates the context
+  CUcontext after = nullptr;
+  ASSERT_EQ(drv.primary_ctx_retain(&after, d), CUDA_SUCCESS);
+  ASSERT_EQ(drv.primary_ctx_release(d), CUDA_SUCCESS);
+  std::fprintf(stderr, "primary context handle before the reset %p, after %p\n", static_cast<void*>(before),
+               static_cast<void*>(after));
+  EXPECT_EQ(after, before) << "the primary context came back as another object";
+  unsigned long long id_after = 0;
+  ASSERT_EQ(drv.ctx_get_id(before, &id_after), CUDA_SUCCESS);
+  EXPECT_GT(id_after, id_before);
+}
+
+// The early-reset guarantee end to end on the GPU: a reset made behind the backend's back
+// between two pool allocations, after the backend has learnt the context's handle, is seen by
+// the second allocation, which comes from a new upstream block of the new context.
+TEST_F(cuda_gpu, a_pool_never_serves_memory_of_a_context_reset_through_the_driver) {
+  alloc::device_resource upstream(dev());
+  alloc::pool_options options;
+  options.backend = &dev();
+  options.device = 0;
+  options.initial_size_bytes = std::size_t{1} << 20;
+  alloc::pool_resource pool(upstream, options);
+  auto first = pool.allocate(4096);
+  ASSERT_TRUE(first) << first.error().to_string();
+  ASSERT_EQ(pool.statistics().upstream_allocations, 1u);
+
+  detail::driver_api drv = driver_or_die();
+  CUdevice d = 0;
+  ASSERT_EQ(drv.device_get(&d, 0), CUDA_SUCCESS);
+  ASSERT_EQ(drv.primary_ctx_reset(d), CUDA_SUCCESS);
+
+  auto second = pool.allocate(4096);
+  ASSERT_TRUE(second) << second.error().to_string();
+  alloc::pool_statistics stats = pool.statistics();
+  EXPECT_EQ(stats.context_resets_seen, 1u);
+  EXPECT_EQ(stats.bytes_leaked_on_reset, std::size_t{1} << 20);
+  EXPECT_EQ(stats.upstream_allocations, 2u) << "the second allocation was carved from the old context's block";
+  EXPECT_EQ(stats.upstream_blocks, 1u);
+  int v = 0x5eed, back = 0;
+  EXPECT_TRUE(dev().copy_async(*second, &v, sizeof v, stream{}));
+  EXPECT_TRUE(dev().copy_async(&back, *second, sizeof back, stream{}));
+  EXPECT_TRUE(dev().synchronize_stream(stream{}));
+  EXPECT_EQ(back, v);
+  // The new context may map the same address again; the address then names the new block.
+  if (*first != *second) {
+    EXPECT_TRUE(pool.deallocate(*first, 4096));  // memory of the destroyed context: dropped
+    EXPECT_EQ(pool.statistics().stale_deallocations, 1u);
+  }
+  EXPECT_TRUE(pool.deallocate(*second, 4096));
+  EXPECT_TRUE(pool.check_invariants()) << pool.check_invariants().to_string();
+}
+
+CUresult current_context(CUcontext* out) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, detail::driver_api_version, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  return reinterpret_cast<CUresult (*)(CUcontext*)>(fn)(out);
+}
+
+// The epoch depends on no thread's current context: a thread that has never made a runtime
+// call (no current context) sees a reset made before it started, makes one itself and sees it,
+// and its queries leave it without a current context.
+TEST_F(cuda_gpu, a_reset_is_seen_from_a_thread_with_no_current_context) {
+  alloc::device_resource upstream(dev());
+  alloc::pool_options options;
+  options.backend = &dev();
+  options.device = 0;
+  options.initial_size_bytes = std::size_t{1} << 20;
+  alloc::pool_resource pool(upstream, options);
+  auto kept = pool.allocate(4096);
+  ASSERT_TRUE(kept) << kept.error().to_string();
+  const std::uint64_t e0 = dev().context_epoch(0);
+  detail::driver_api drv = driver_or_die();
+  CUdevice d = 0;
+  ASSERT_EQ(drv.device_get(&d, 0), CUDA_SUCCESS);
+
+  ASSERT_EQ(drv.primary_ctx_reset(d), CUDA_SUCCESS);  // happens-before the thread's queries
+  std::uint64_t seen_by_thread = 0, after_own_reset = 0;
+  CUresult current_before = CUDA_ERROR_UNKNOWN, current_after = CUDA_ERROR_UNKNOWN, reset = CUDA_ERROR_UNKNOWN;
+  CUcontext ctx_before = reinterpret_cast<CUcontext>(1), ctx_after = reinterpret_cast<CUcontext>(1);
+  std::thread([&] {
+    current_before = current_context(&ctx_before);
+    seen_by_thread = dev().context_epoch(0);
+    reset = drv.primary_ctx_reset(d);  // a second reset, from a thread with no current context
+    after_own_reset = dev().context_epoch(0);
+    current_after = current_context(&ctx_after);
+  }).join();
+  ASSERT_EQ(current_before, CUDA_SUCCESS);
+  EXPECT_EQ(ctx_before, nullptr) << "the new thread already had a current context";
+  EXPECT_NE(seen_by_thread, e0);
+  ASSERT_EQ(reset, CUDA_SUCCESS);
+  ASSERT_EQ(current_after, CUDA_SUCCESS);
+  EXPECT_EQ(ctx_after, nullptr) << "context_epoch() made a context current";
+  EXPECT_EQ(after_own_reset, seen_by_thread) << "a reset of no context destroys nothing and is not the backend's";
+
+  // Recreated from another fresh thread by the pool's own growth: the pool drops the old block.
+  result<void*> fresh = status(errc::internal, "not run");
+  std::thread([&] { fresh = pool.allocate(4096); }).join();
+  ASSERT_TRUE(fresh) << fresh.error().to_string();
+  const std::uint64_t e1 = dev().context_epoch(0);
+  EXPECT_NE(e1, e0);
+  EXPECT_NE(e1, seen_by_thread);
+  EXPECT_EQ(pool.statistics().context_resets_seen, 1u);
+  EXPECT_EQ(pool.statistics().upstream_allocations, 2u);
+  if (*kept != *fresh) {
+    EXPECT_TRUE(pool.deallocate(*kept, 4096));  // as in the test above
+  }
+  EXPECT_TRUE(pool.deallocate(*fresh, 4096));
+  EXPECT_TRUE(pool.check_invariants()) << pool.check_invariants().to_string();
 }
 
 // DESIGN.md §9, refined by measurement on driver 580: cuEventSynchronize on an event whose
@@ -598,6 +750,44 @@ TEST(cuda_gpu_exit, calls_after_teardown_are_counted_and_exit_is_clean) {
   }
   EXPECT_EXIT(exit_with_an_event_in_a_static(), ::testing::ExitedWithCode(0),
               "calls_after_teardown=[1-9][0-9]* state=torn_down");
+}
+
+// The epoch after teardown: the backend has learnt the primary context's handle, and the
+// first query after CUDA's exit teardown (registered at cuInit, so it runs before this hook)
+// must neither crash on that handle nor move the epoch; it answers the last one and marks the
+// runtime torn down. Its own process, for the same ordering reasons as the test above.
+std::uint64_t epoch_before_exit = 0;
+
+void report_epoch_after_teardown() {
+  backend& b = cuda_backend_ref();
+  const std::uint64_t e = b.context_epoch(0);
+  const std::uint64_t again = b.context_epoch(0);
+  const char* state = b.state() == runtime_state::torn_down ? "torn_down"
+                      : b.state() == runtime_state::running ? "running"
+                                                            : "uninitialized";
+  std::fprintf(stderr, "epoch_after_teardown=%s state=%s calls_after_teardown=%llu\n",
+               e == epoch_before_exit && again == e ? "last" : "moved", state,
+               static_cast<unsigned long long>(b.calls_after_teardown()));
+}
+
+[[noreturn]] void exit_after_reading_the_epoch() {
+  std::atexit(report_epoch_after_teardown);
+  backend& b = cuda_backend_ref();
+  if (b.state() != runtime_state::uninitialized) std::_Exit(3);
+  if (!b.allocate(1 << 20)) std::_Exit(4);  // cudart initialises here; the context is active
+  epoch_before_exit = b.context_epoch(0);  // the backend now holds the context's handle
+  if (epoch_before_exit == 0 || b.context_epoch(0) != epoch_before_exit) std::_Exit(5);
+  std::exit(0);
+}
+
+TEST(cuda_gpu_exit, context_epoch_after_teardown_answers_the_last_epoch) {
+  if (GTEST_FLAG_GET(internal_run_death_test).empty()) {
+    auto n = cuda_backend_ref().device_count();
+    if (!n) GTEST_SKIP() << "no CUDA device answers: " << n.error().to_string();
+    if (*n == 0) GTEST_SKIP() << "no CUDA device answers: cudaGetDeviceCount found 0 devices";
+  }
+  EXPECT_EXIT(exit_after_reading_the_epoch(), ::testing::ExitedWithCode(0),
+              "epoch_after_teardown=last state=torn_down calls_after_teardown=0");
 }
 
 #endif  // FAULTLINE_HAVE_CUDA
