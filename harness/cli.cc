@@ -599,7 +599,8 @@ int cmd_soak(const soak_args& a, cli_context& ctx) {
     return exit_usage;
   }
   const campaign_result& c = r->campaign;
-  ctx.err << "faultline: seed " << r->seed << "; " << format_duration(r->spent) << " of the " << format_duration(o.budget)
+  ctx.err << "faultline: seed " << r->seed << "; " << format_duration(std::chrono::duration_cast<std::chrono::seconds>(r->spent))
+          << " of the " << format_duration(o.budget)
           << " budget spent" << (c.resumed ? "; " + std::to_string(c.resumed) + " runs were recorded before this resume" : "")
           << "\n";
   painter paint{ctx.out_tty && !std::getenv("NO_COLOR")};

@@ -281,7 +281,10 @@ core::result<soak_result> run_soak(const soak_options& o) {
   c.resume = o.resume && was.has_value();
   c.warn = o.warn;
   c.deadline = start + left;
-  c.progress_suffix = [&] { return ", " + format_duration(spent()) + " of " + format_duration(state.budget) + " budget"; };
+  c.progress_suffix = [&] {
+    return ", " + format_duration(std::chrono::duration_cast<std::chrono::seconds>(spent())) + " of " +
+           format_duration(state.budget) + " budget";
+  };
 
   // Between runs: the leak checks (every few runs) and the state (at most once a second).
   const fs::path out_abs = fs::absolute(o.out_dir, ec).lexically_normal();
