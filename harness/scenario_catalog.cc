@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "harness/detail/sys.h"
@@ -60,7 +61,16 @@ core::result<std::vector<scenario_info>> load_catalog(const std::filesystem::pat
 core::result<std::vector<scenario_info>> select(const std::vector<scenario_info>& catalog,
                                                 const std::vector<std::string>& patterns) {
   std::vector<bool> chosen(catalog.size(), false);
-  for (const auto& p : patterns) {
+  for (const auto& given : patterns) {
+    // A family named alone ("registry" or "registry/") means every scenario of it.
+    std::string p = given;
+    if (!p.empty() && p.find_first_of("*?[") == std::string::npos) {
+      const std::string family = p.back() == '/' ? p : p + "/";
+      const bool is_family = std::any_of(catalog.begin(), catalog.end(), [&](const scenario_info& s) {
+        return s.name != p && s.name.rfind(family, 0) == 0;
+      });
+      if (is_family) p = family + "*";
+    }
     bool any = false;
     for (std::size_t i = 0; i < catalog.size(); ++i) {
       if (catalog[i].name == p || ::fnmatch(p.c_str(), catalog[i].name.c_str(), 0) == 0) {
@@ -71,7 +81,7 @@ core::result<std::vector<scenario_info>> select(const std::vector<scenario_info>
     if (!any) {
       std::string names;
       for (const auto& s : catalog) names += (names.empty() ? "" : ", ") + s.name;
-      return core::status(core::errc::not_found, "no scenario matches '" + p + "' (known: " + names + ")");
+      return core::status(core::errc::not_found, "no scenario matches '" + given + "' (known: " + names + ")");
     }
   }
   std::vector<scenario_info> out;

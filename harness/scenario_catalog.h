@@ -56,8 +56,8 @@ core::result<std::vector<scenario_info>> parse_catalog(std::string_view json_tex
 /// io_error when it fails, corrupt when its output is not the contract's.
 core::result<std::vector<scenario_info>> load_catalog(const std::filesystem::path& binary);
 
-/// The scenarios matching `patterns` (exact names or shell wildcards such as "exit/*"), in
-/// catalog order, each once. Errors: not_found naming a pattern that matches nothing.
+/// The scenarios matching `patterns` (exact names, shell wildcards such as "exit/*", or a family
+/// alone: "exit" or "exit/" mean "exit/*"), in catalog order, each once. Errors: not_found naming a pattern that matches nothing.
 core::result<std::vector<scenario_info>> select(const std::vector<scenario_info>& catalog,
                                                 const std::vector<std::string>& patterns);
 
