@@ -31,8 +31,8 @@
 #include "core/accounting/region.h"
 #include "core/host_ids.h"
 #include "faults/points/point.h"
+#include "faults/testing/child.h"
 
-extern char** environ;
 
 namespace faultline::accounting {
 namespace {
@@ -90,43 +90,14 @@ void disarm() {
 
 // `arm_in_child`: a point the child arms before it attaches (bug points read at registration).
 pid_t spawn_child(const std::string& role, const std::string& path, const std::string& arm_in_child = "") {
-  std::string exe = "/proc/self/exe";
-  std::string filter = "--gtest_filter=accounting_child.DISABLED_run";
-  std::string disabled = "--gtest_also_run_disabled_tests";
-  std::vector<char*> argv{exe.data(), filter.data(), disabled.data(), nullptr};
   std::vector<std::string> extra{"FAULTLINE_ACCT_CHILD=" + role, "FAULTLINE_ACCT_PATH=" + path};
   if (!arm_in_child.empty()) extra.push_back("FAULTLINE_ACCT_ARM=" + arm_in_child);
-  std::vector<char*> envp;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "FAULTLINE_ACCT_", 15) != 0) envp.push_back(*e);
-  }
-  for (auto& e : extra) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  return rc == 0 ? pid : -1;
+  return faultline::faults::testing::spawn_self("accounting_child.DISABLED_run", extra,
+                                     {.drop_env_prefix = "FAULTLINE_ACCT_", .quiet_stdout = true});
 }
 
 // Exit code, 128 + signal, or -1 after SIGKILLing a child still running at the deadline.
-int wait_child(pid_t pid, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    int ws = 0;
-    const pid_t r = waitpid(pid, &ws, WNOHANG);
-    if (r == pid) return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    if (std::chrono::steady_clock::now() >= deadline) {
-      kill(pid, SIGKILL);
-      while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-      }
-      return -1;
-    }
-    std::this_thread::sleep_for(2ms);
-  }
-}
+int wait_child(pid_t pid, std::chrono::milliseconds timeout = 10s) { return faultline::faults::testing::wait_exit(pid, timeout); }
 
 bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 10s) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

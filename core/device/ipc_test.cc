@@ -28,8 +28,8 @@
 #include "core/device/device.h"
 #include "core/device/ipc.h"
 #include "faults/points/point.h"
+#include "faults/testing/child.h"
 
-extern char** environ;
 
 namespace faultline::core::device::ipc {
 namespace {
@@ -110,43 +110,14 @@ void disarm() {
 // --- child processes ---------------------------------------------------------------------------
 
 pid_t spawn_child(const std::string& role, const std::string& backend_name, const handle& h) {
-  std::string exe = "/proc/self/exe";
-  std::string filter = "--gtest_filter=ipc_child.DISABLED_run";
-  std::string disabled = "--gtest_also_run_disabled_tests";
-  std::vector<char*> argv{exe.data(), filter.data(), disabled.data(), nullptr};
-  std::vector<std::string> extra{"FAULTLINE_IPC_CHILD=" + role, "FAULTLINE_IPC_BACKEND=" + backend_name,
-                                 "FAULTLINE_IPC_HANDLE=" + to_string(h)};
-  std::vector<char*> envp;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "FAULTLINE_IPC_", 14) != 0) envp.push_back(*e);
-  }
-  for (auto& e : extra) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  return rc == 0 ? pid : -1;
+  return faultline::faults::testing::spawn_self("ipc_child.DISABLED_run",
+                                     {"FAULTLINE_IPC_CHILD=" + role, "FAULTLINE_IPC_BACKEND=" + backend_name,
+                                      "FAULTLINE_IPC_HANDLE=" + to_string(h)},
+                                     {.drop_env_prefix = "FAULTLINE_IPC_", .quiet_stdout = true});
 }
 
 // Exit code, 128 + signal, or -1 after SIGKILLing a child still running at the deadline.
-int wait_child(pid_t pid, std::chrono::milliseconds timeout = 20s) {
-  const auto deadline = clock_type::now() + timeout;
-  for (;;) {
-    int ws = 0;
-    const pid_t r = waitpid(pid, &ws, WNOHANG);
-    if (r == pid) return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    if (clock_type::now() >= deadline) {
-      kill(pid, SIGKILL);
-      while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-      }
-      return -1;
-    }
-    std::this_thread::sleep_for(1ms);
-  }
-}
+int wait_child(pid_t pid, std::chrono::milliseconds timeout = 20s) { return faultline::faults::testing::wait_exit(pid, timeout); }
 
 // Verifies the exporter's part of the buffer.
 bool parent_bytes_ok(backend& dev, const mapping& m) {

@@ -10,6 +10,7 @@
 // Test-only; header-only.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include <cerrno>
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -25,21 +27,38 @@ extern char** environ;
 
 namespace faultline::faults::testing {
 
+/// How spawn_self starts the child, beyond its filter and extra environment.
+struct spawn_options {
+  /// Variables of this process's environment starting with this are not passed on (a child
+  /// protocol's own variables, which a child spawning a child must not inherit); "" keeps all.
+  std::string drop_env_prefix;
+  /// The child's stdout goes to /dev/null (its gtest chatter); stderr stays, for its reports.
+  bool quiet_stdout = false;
+};
+
 /// Starts this binary with --gtest_filter=`filter` and `extra_env` ("NAME=value") added to the
 /// environment. Returns the child's pid, or -1 when posix_spawn failed (errno-style code lost).
-inline pid_t spawn_self(const std::string& filter, const std::vector<std::string>& extra_env) {
+inline pid_t spawn_self(const std::string& filter, const std::vector<std::string>& extra_env,
+                        const spawn_options& options = {}) {
   std::string exe = "/proc/self/exe";
   std::string filter_arg = "--gtest_filter=" + filter;
   std::string disabled_arg = "--gtest_also_run_disabled_tests";
   std::vector<char*> argv{exe.data(), filter_arg.data(), disabled_arg.data(), nullptr};
   std::vector<std::string> env_storage(extra_env);
   std::vector<char*> envp;
-  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  const std::string& drop = options.drop_env_prefix;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (drop.empty() || std::string_view(*e).substr(0, drop.size()) != drop) envp.push_back(*e);
+  }
   for (auto& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (options.quiet_stdout) posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   pid_t pid = -1;
-  if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data()) != 0) return -1;
-  return pid;
+  const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -1;
 }
 
 /// Waits for `pid` at most `timeout`. Returns its exit code when it exited, 128 + signal when a
