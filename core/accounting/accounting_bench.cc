@@ -34,7 +34,7 @@
 #include <string>
 
 #include "core/accounting/detail/layout.h"
-#include "core/accounting/detail/process_identity.h"
+#include "core/process_identity.h"
 #include "core/accounting/region.h"
 #include "core/host_ids.h"
 
@@ -95,7 +95,7 @@ void slots_sum(benchmark::State& state) {
   auto* h = static_cast<acct::detail::header*>(p);
   for (std::uint32_t i = 1; i < slots; ++i) {
     auto* s = acct::detail::slot_at(h, i);
-    s->start_time.store(acct::detail::self_start_time());
+    s->start_time.store(faultline::core::self_start_time());
     s->counters[0][acct::detail::c_total].store(i);
     s->counters[0][acct::detail::c_data].store(i);
     h->aggregate[0].fetch_add(i);

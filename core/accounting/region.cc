@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "core/accounting/detail/layout.h"
-#include "core/accounting/detail/process_identity.h"
+#include "core/process_identity.h"
 #include "faults/points/point.h"
 
 namespace faultline::accounting {
@@ -730,7 +730,7 @@ result<region::lock_guard> region::lock() {
                                         std::to_string(n) + ")");
     }
   }
-  if (!forced) h_->lock_owner_pid.store(detail::self_pid(), std::memory_order_release);
+  if (!forced) h_->lock_owner_pid.store(core::self_pid(), std::memory_order_release);
   if (owner_died) {
     // Repair first, mark consistent after: if this process dies mid-repair, the next locker sees
     // EOWNERDEAD again and repairs again.
@@ -754,7 +754,7 @@ repair_report region::repair_locked(bool owner_died) {
     const pid_t p = s->pid.load(std::memory_order_acquire);
     if (p == 0) continue;
     const std::uint64_t start = s->start_time.load(std::memory_order_relaxed);
-    if (detail::process_liveness(p, start, pid_only) == detail::liveness::alive) continue;
+    if (core::process_liveness(p, start, pid_only) == core::liveness::alive) continue;
     ++rep.dead_slots_reclaimed;
     if (reclaim_dead_slot(h_, s, devices_)) ++rep.odd_slots_repaired;
   }
@@ -786,8 +786,8 @@ status region::register_process() {
     return status(errc::busy, "accounting: this process already holds " + std::to_string(registration_count) +
                                   " region registrations");
   }
-  const pid_t pid = detail::self_pid();
-  const std::uint64_t start = detail::self_start_time();
+  const pid_t pid = core::self_pid();
+  const std::uint64_t start = core::self_start_time();
   auto g = lock();
   if (!g) {
     table[reg].state.store(r_empty, std::memory_order_release);
@@ -968,7 +968,7 @@ status region::read_slot(std::uint32_t index, bool lock_held, slot_info& out, bo
     // Pre-fix (bug point): spin until the writer finishes, which a dead writer never does.
     if (unbounded || (n & 31) != 0 || clock_type::now() < deadline) continue;
     const bool pid_only = FAULTLINE_BUG("bug/accounting/pid-only-liveness");
-    if (detail::process_liveness(out.pid, out.start_time, pid_only) == detail::liveness::alive) {
+    if (core::process_liveness(out.pid, out.start_time, pid_only) == core::liveness::alive) {
       out.state = slot_state::alive;
       out.mid_update = true;
       out.sequence = s->seq.load(std::memory_order_relaxed);
@@ -1045,7 +1045,7 @@ result<usage_snapshot> region::snapshot() {
     if (!st && st.code() != errc::busy) return st;
     if (info.state == slot_state::free && info.pid == 0) continue;
     if (!info.mid_update) {
-      info.state = detail::process_liveness(info.pid, info.start_time, pid_only) == detail::liveness::alive
+      info.state = core::process_liveness(info.pid, info.start_time, pid_only) == core::liveness::alive
                        ? slot_state::alive
                        : slot_state::dead;
       if (info.state == slot_state::alive) {
@@ -1160,7 +1160,7 @@ result<region_report> inspect(const std::string& path) {
       if (got || clock_type::now() >= deadline) break;
       if (n > 64) sched_yield();
     }
-    info.state = detail::process_liveness(info.pid, info.start_time) == detail::liveness::alive ? slot_state::alive
+    info.state = core::process_liveness(info.pid, info.start_time) == core::liveness::alive ? slot_state::alive
                                                                                                  : slot_state::dead;
     if (!got) {
       info.mid_update = true;

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "core/accounting/detail/layout.h"
-#include "core/accounting/detail/process_identity.h"
+#include "core/process_identity.h"
 #include "core/accounting/region.h"
 #include "core/host_ids.h"
 #include "faults/points/point.h"
@@ -563,12 +563,12 @@ TEST_F(accounting, a_slot_with_the_right_pid_but_another_start_time_is_dead) {
   // Forge slot 5: this (live) process's pid with another start time, as a reused pid looks.
   detail::slot* forged = detail::slot_at(m.h, 5);
   forged->pid.store(core::host_pid());
-  forged->start_time.store(detail::self_start_time() + 12345);
+  forged->start_time.store(core::self_start_time() + 12345);
   forged->counters[0][detail::c_total].store(3 * mib);
   forged->counters[0][detail::c_module].store(3 * mib);
   m.h->aggregate[0].fetch_add(3 * mib);
-  EXPECT_EQ(detail::process_liveness(core::host_pid(), detail::self_start_time() + 12345), detail::liveness::dead);
-  EXPECT_EQ(detail::process_liveness(core::host_pid(), detail::self_start_time()), detail::liveness::alive);
+  EXPECT_EQ(core::process_liveness(core::host_pid(), core::self_start_time() + 12345), core::liveness::dead);
+  EXPECT_EQ(core::process_liveness(core::host_pid(), core::self_start_time()), core::liveness::alive);
 
   auto snap = r->snapshot();
   ASSERT_TRUE(snap);
@@ -596,7 +596,7 @@ TEST_F(accounting, with_pid_only_liveness_a_reused_pid_keeps_its_slot) {
   map_raw(m);
   detail::slot* forged = detail::slot_at(m.h, 2);
   forged->pid.store(core::host_pid());
-  forged->start_time.store(detail::self_start_time() + 1);
+  forged->start_time.store(core::self_start_time() + 1);
   arm("bug/accounting/pid-only-liveness");
   auto rep = r->repair();
   ASSERT_TRUE(rep);

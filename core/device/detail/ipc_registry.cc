@@ -14,14 +14,13 @@
 #include <ctime>
 #include <string>
 
-#include "core/accounting/detail/process_identity.h"
+#include "core/process_identity.h"
 #include "core/host_ids.h"
 
 namespace faultline::core::device::ipc::detail {
 
 namespace {
 
-namespace acct = faultline::accounting::detail;
 
 constexpr std::uint32_t start_low_mask = 0xffffffffu;
 
@@ -41,7 +40,7 @@ std::uint64_t owner_word(pid_t pid, std::uint64_t start_time) noexcept {
 bool owner_alive(std::uint64_t owner, bool ready, std::uint64_t start_time) noexcept {
   const auto pid = static_cast<pid_t>(owner & 0xffffffffu);
   if (ready) return process_alive(pid, start_time);
-  const std::uint64_t actual = acct::process_start_time(pid);
+  const std::uint64_t actual = core::process_start_time(pid);
   if (actual == 0 || (actual & start_low_mask) != owner >> 32) return false;
   return process_alive(pid, actual);
 }
@@ -64,11 +63,11 @@ std::string pool_name(std::uint64_t pool_id) {
 }
 
 process_identity self_identity() noexcept {
-  return {acct::self_pid(), ::getpid(), acct::self_start_time()};
+  return {core::self_pid(), ::getpid(), core::self_start_time()};
 }
 
 bool process_alive(pid_t pid, std::uint64_t start_time) noexcept {
-  return acct::process_liveness(pid, start_time) == acct::liveness::alive;
+  return core::process_liveness(pid, start_time) == core::liveness::alive;
 }
 
 std::uint64_t handle_checksum(const handle& h) noexcept {

@@ -1,4 +1,4 @@
-#include "core/accounting/detail/process_identity.h"
+#include "core/process_identity.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -9,7 +9,7 @@
 
 #include "core/host_ids.h"
 
-namespace faultline::accounting::detail {
+namespace faultline::core {
 
 namespace {
 
@@ -162,4 +162,4 @@ liveness process_liveness(pid_t pid, std::uint64_t start_time, bool pid_only) no
   return liveness::dead;
 }
 
-}  // namespace faultline::accounting::detail
+}  // namespace faultline::core

@@ -1,5 +1,6 @@
-// Who owns a slot, and whether it is still alive: a pid plus the process's start time, so that a
-// pid reused by a later process is not mistaken for the slot's owner (DESIGN.md §3.3).
+// Who a process is, and whether it is still alive: a pid plus the process's start time, so that a
+// pid reused by a later process is not mistaken for the one recorded (the shared accounting's slot
+// owners, DESIGN.md §3.3; the device IPC registry's importers).
 //
 // Every function is async-signal-safe (open/read/close/kill, no allocation): the exit handlers
 // call them.
@@ -9,7 +10,7 @@
 
 #include <cstdint>
 
-namespace faultline::accounting::detail {
+namespace faultline::core {
 
 /// `pid`'s start time in clock ticks since boot (/proc/PID/stat field 22), or 0 when it cannot be
 /// read (no such process, /proc not mounted).
@@ -30,4 +31,4 @@ enum class liveness { alive, dead };
 /// With `pid_only` (bug/accounting/pid-only-liveness) only kill(pid, 0) is asked.
 liveness process_liveness(pid_t pid, std::uint64_t start_time, bool pid_only = false) noexcept;
 
-}  // namespace faultline::accounting::detail
+}  // namespace faultline::core
