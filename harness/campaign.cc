@@ -483,7 +483,7 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
 
   result.interrupted = o.cancel && o.cancel->load();
   result.stray_pids = kill_strays(o.grace);
-  if (!check_shm) {
+  if (!check_shm && o.sweep_shm_at_end) {
     for (const auto& name : faultline_shm_entries()) {
       if (std::binary_search(shm_before.begin(), shm_before.end(), name)) continue;
       result.stray_shm.push_back(name);

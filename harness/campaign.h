@@ -128,6 +128,9 @@ struct campaign_options {
   /// printed off a terminal.
   std::function<std::string()> progress_suffix;
   std::chrono::milliseconds progress_interval{5'000};
+  /// Whether the end of the campaign removes the /dev/shm/faultline* entries that appeared while
+  /// it ran (stray_shm); a soak checks them itself, more carefully (soak.h).
+  bool sweep_shm_at_end = true;
 };
 
 /// What a campaign did.
