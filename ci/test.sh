@@ -46,4 +46,6 @@ ci/cluster/check.sh
 .venv/bin/python -m pytest ci/cluster/tests -q -p no:cacheprovider
 # --- end ci/cluster
 
+# The GPU record's generator (ci/gpu/record.py) over real-format fixtures.
+.venv/bin/python -m pytest ci/gpu/tests -q -p no:cacheprovider
 echo "ci/test.sh: all tests passed"
