@@ -1,8 +1,8 @@
 // detail::free_list, the pool's per-stream free list over boundary-tagged block chains: exact
 // best fit with a deterministic tie-break, splitting in place, merging with both physical
-// neighbours but never across chains (upstream blocks) or lists (streams), size classes that
-// keep order, and a self-check that catches a list left uncoalesced. Pure host bookkeeping:
-// addresses are numbers.
+// neighbours but never across chains (upstream blocks) or lists (streams) until one list absorbs
+// another, size classes that keep order, and a self-check that catches a list left uncoalesced.
+// Pure host bookkeeping: addresses are numbers.
 #include "core/alloc/detail/free_list.h"
 
 #include <gtest/gtest.h>
@@ -127,6 +127,48 @@ TEST(free_list, blocks_on_different_lists_never_merge) {
   EXPECT_EQ(stream_b.block_count(), 1u);
   EXPECT_EQ(stream_a.check(), "");
   EXPECT_EQ(stream_b.check(), "");
+}
+
+TEST(free_list, absorb_moves_every_block_and_coalesces_neighbours_across_the_two_lists) {
+  node_pool pool;
+  free_list stream_a;
+  free_list stream_b;
+  // a b a _ b b: the two lists interleave in one chain; the last two touch on b's list already.
+  auto c = make_chain(pool, 0x1000, {256, 512, 256, 256, 1024, 256});
+  stream_a.insert(c[0], pool);
+  stream_b.insert(c[1], pool);
+  stream_a.insert(c[2], pool);
+  stream_b.insert(c[4], pool);
+  stream_b.insert(c[5], pool);
+  ASSERT_EQ(stream_a.block_count(), 2u);
+  ASSERT_EQ(stream_b.block_count(), 2u);
+  stream_a.absorb(stream_b, pool);
+  EXPECT_TRUE(stream_b.empty());
+  EXPECT_EQ(stream_b.total_bytes(), 0u);
+  EXPECT_EQ(stream_b.check(), "");
+  // [0x1000, +1024) from a, b, a; then c[3] (live) keeps [c4, c5] apart.
+  EXPECT_EQ(stream_a.block_count(), 2u);
+  EXPECT_EQ(stream_a.total_bytes(), 256u + 512 + 256 + 1024 + 256);
+  EXPECT_EQ(c[0]->bytes, 1024u);
+  EXPECT_EQ(c[0]->phys_next, c[3]);
+  EXPECT_EQ(stream_a.largest_bytes(), 1280u);
+  EXPECT_EQ(stream_a.check(), "");
+}
+
+TEST(free_list, remove_takes_one_block_off_without_touching_its_neighbours) {
+  node_pool pool;
+  free_list list;
+  auto c = make_chain(pool, 0x1000, {256, 256, 512, 256});
+  list.insert(c[0], pool);
+  list.insert(c[2], pool);
+  list.remove(c[2]);
+  EXPECT_EQ(c[2]->owner, nullptr);
+  EXPECT_EQ(c[2]->bytes, 512u);
+  EXPECT_EQ(c[1]->phys_next, c[2]);
+  EXPECT_EQ(list.block_count(), 1u);
+  EXPECT_EQ(list.total_bytes(), 256u);
+  EXPECT_EQ(list.best_fit_bytes(512), 0u);
+  EXPECT_EQ(list.check(), "");
 }
 
 TEST(free_list, check_reports_touching_blocks_left_unmerged) {

@@ -108,15 +108,13 @@ status pool_resource::bind_locked() noexcept {
 
 bool pool_resource::holds_device_state_locked() const noexcept {
   if (!upstream_blocks_.empty()) return true;
-  for (const auto& [native, st] : streams_) {
+  for (const auto& st : streams_) {
     if (st->event) return true;
   }
   return false;
 }
 
-void pool_resource::check_epoch_locked() noexcept {
-  const std::uint64_t now = backend_->context_epoch(device_);
-  if (now == epoch_) return;
+void pool_resource::epoch_changed_locked(std::uint64_t now) noexcept {
   if (epoch_ == 0 || !holds_device_state_locked()) {
     // Nothing from an older context is held: adopting the new epoch loses nothing.
     epoch_ = now;
@@ -150,6 +148,7 @@ void pool_resource::forget_blocks_locked() noexcept {
   live_.clear();
   upstream_blocks_.clear();
   streams_.clear();
+  stream_index_.clear();
   last_state_ = nullptr;
   nodes_.reset();
   pool_bytes_ = 0;
@@ -158,30 +157,53 @@ void pool_resource::forget_blocks_locked() noexcept {
   upstream_block_count_.store(0, std::memory_order_release);
 }
 
-pool_resource::stream_state& pool_resource::state_for_locked(device::stream s) {
-  if (last_state_ != nullptr && last_state_->stream == s) return *last_state_;
-  auto& slot = streams_[s.native];
-  if (!slot) {
-    slot = std::make_unique<stream_state>();
-    slot->stream = s;
+pool_resource::stream_state& pool_resource::find_or_add_state_locked(device::stream s) {
+  // A few streams are found faster by a scan of their states than through the index.
+  constexpr std::size_t scan_limit = 8;
+  stream_state* found = nullptr;
+  if (streams_.size() <= scan_limit) {
+    for (const auto& st : streams_) {
+      if (st->stream == s) {
+        found = st.get();
+        break;
+      }
+    }
+  } else if (auto it = stream_index_.find(s.native); it != stream_index_.end()) {
+    found = it->second;
   }
-  last_state_ = slot.get();
-  return *slot;
+  if (found == nullptr) {
+    streams_.push_back(std::make_unique<stream_state>());
+    found = streams_.back().get();
+    found->stream = s;
+    stream_index_.emplace(s.native, found);
+  }
+  last_state_ = found;
+  return *found;
 }
 
-void* pool_resource::hand_out_locked(detail::block_node* n) {
-  live_.insert(n->address, n);
-  live_bytes_ += n->bytes;
-  // The address is live again in the new context; a later free of it means this block.
-  if (!stale_live_.empty()) stale_live_.erase(n->address);
-  return reinterpret_cast<void*>(n->address);
+status pool_resource::order_after_locked(stream_state& mine, stream_state& other) noexcept {
+  {
+    detail::device_call_scope scope;
+    if (!scope) return detail::device_call_scope::refusal("pool_resource: cross-stream hand-over");
+    if (!other.event) {
+      auto e = backend_->create_event();
+      if (!e) return e.error();
+      other.event = *e;
+    }
+    // Recorded now rather than at each free: it captures everything queued on the freeing
+    // stream so far, which includes all work queued before any of its frees.
+    if (auto st = backend_->record_event(other.event, other.stream); !st) return st;
+    if (auto st = backend_->stream_wait_event(mine.stream, other.event); !st) return st;
+  }
+  ++cross_stream_waits_;
+  return status::ok();
 }
 
 result<detail::block_node*> pool_resource::take_from_other_stream_locked(stream_state& mine,
                                                                          std::size_t bytes) noexcept {
   stream_state* best = nullptr;
   std::size_t best_bytes = 0;
-  for (auto& [native, st] : streams_) {
+  for (const auto& st : streams_) {
     if (st.get() == &mine || st->free.empty()) continue;
     const std::size_t fit = st->free.best_fit_bytes(bytes);
     if (fit != 0 && (best == nullptr || fit < best_bytes)) {
@@ -190,22 +212,71 @@ result<detail::block_node*> pool_resource::take_from_other_stream_locked(stream_
     }
   }
   if (best == nullptr) return status(errc::not_found, std::string());
+  if (auto st = order_after_locked(mine, *best); !st) return st;
+  return best->free.take_best_fit(bytes, nodes_);
+}
 
+result<detail::block_node*> pool_resource::merge_other_streams_locked(stream_state& mine,
+                                                                      std::size_t bytes) noexcept {
+  // No single list holds a fit, but free neighbours split between lists may hold one together.
+  // Merging costs a stream wait per list (a false dependency when it does not help), so it is
+  // skipped when all free bytes together are too few.
+  std::size_t free_total = 0;
+  for (const auto& st : streams_) free_total += st->free.total_bytes();
+  if (free_total < bytes) return status(errc::not_found, std::string());
+  for (const auto& st : streams_) {
+    if (st.get() == &mine || st->free.empty()) continue;
+    if (auto ordered = order_after_locked(mine, *st); !ordered) return ordered;
+    mine.free.absorb(st->free, nodes_);
+    ++free_list_merges_;
+    if (detail::block_node* n = mine.free.take_best_fit(bytes, nodes_)) return n;
+  }
+  return status(errc::not_found, std::string());
+}
+
+std::size_t pool_resource::return_free_upstream_blocks_locked(std::size_t bytes) noexcept {
+  auto entirely_free = [](const upstream_block& ub) {
+    for (const detail::block_node* n = ub.first; n != nullptr; n = n->phys_next) {
+      if (n->owner == nullptr) return false;
+    }
+    return true;
+  };
+  std::size_t returnable = 0;
+  for (const auto& [id, ub] : upstream_blocks_) returnable += entirely_free(ub) ? ub.bytes : 0;
+  if (returnable == 0) return 0;
+  // Under a maximum, returning must leave room for the request, or it only loses memory.
+  const std::size_t maximum = options_.maximum_size_bytes;
+  const std::size_t kept = upstream_bytes_.load(std::memory_order_relaxed) - returnable;
+  if (maximum != 0 && (bytes > maximum || kept > maximum - bytes)) return 0;
   {
     detail::device_call_scope scope;
-    if (!scope) return detail::device_call_scope::refusal("pool_resource: cross-stream hand-over");
-    if (!best->event) {
-      auto e = backend_->create_event();
-      if (!e) return e.error();
-      best->event = *e;
-    }
-    // Recorded now rather than at each free: it captures everything queued on the freeing
-    // stream so far, which includes all work queued before the free.
-    if (auto st = backend_->record_event(best->event, best->stream); !st) return st;
-    if (auto st = backend_->stream_wait_event(mine.stream, best->event); !st) return st;
+    if (!scope) return 0;
+    // Work queued on any stream before the frees may still use these blocks: the upstream may
+    // only take them back once it is done (as in release()).
+    if (!backend_->synchronize_device()) return 0;
   }
-  ++cross_stream_waits_;
-  return best->free.take_best_fit(bytes, nodes_);
+  std::size_t returned = 0;
+  for (auto it = upstream_blocks_.begin(); it != upstream_blocks_.end();) {
+    const upstream_block& ub = it->second;
+    // A block the upstream does not take back stays in the pool and keeps serving.
+    if (!entirely_free(ub) || !upstream_.deallocate(ub.base, ub.bytes, device::stream{})) {
+      ++it;
+      continue;
+    }
+    for (detail::block_node* n = ub.first; n != nullptr;) {
+      detail::block_node* const next = n->phys_next;
+      n->owner->remove(n);
+      nodes_.release(n);
+      n = next;
+    }
+    pool_bytes_ -= ub.usable_bytes;
+    upstream_bytes_.fetch_sub(ub.bytes, std::memory_order_release);
+    upstream_block_count_.fetch_sub(1, std::memory_order_release);
+    ++upstream_blocks_returned_;
+    ++returned;
+    it = upstream_blocks_.erase(it);
+  }
+  return returned;
 }
 
 result<detail::block_node*> pool_resource::grow_locked(stream_state& mine, std::size_t bytes) noexcept {
@@ -293,20 +364,35 @@ result<void*> pool_resource::do_allocate(std::size_t bytes, device::stream s) no
                   "pool_resource: a request of " + std::to_string(bytes) + " bytes exceeds any pool");
   }
   std::lock_guard lock(mu_);
-  if (backend_ == nullptr || device_ < 0) {
+  if (backend_ == nullptr || device_ < 0) [[unlikely]] {
     if (auto st = bind_locked(); !st) return st;
   }
   check_epoch_locked();
   stream_state& mine = state_for_locked(s);
-  if (detail::block_node* n = mine.free.take_best_fit(size, nodes_)) return hand_out_locked(n);
+  if (detail::block_node* n = mine.free.take_best_fit(size, nodes_)) [[likely]] return hand_out_locked(n);
+  return allocate_slow_locked(mine, size);
+}
 
-  auto handed = take_from_other_stream_locked(mine, size);
+result<void*> pool_resource::allocate_slow_locked(stream_state& mine, std::size_t bytes) noexcept {
+  auto handed = take_from_other_stream_locked(mine, bytes);
   if (handed) return hand_out_locked(*handed);
   if (handed.code() != errc::not_found) return handed.error();
 
-  auto grown = grow_locked(mine, size);
-  if (!grown) return grown.error();
-  return hand_out_locked(*grown);
+  // Growth makes no stream wait on another; merging lists would make this one wait on each.
+  auto grown = grow_locked(mine, bytes);
+  if (grown) return hand_out_locked(*grown);
+  if (grown.code() != errc::out_of_memory) return grown.error();
+
+  // Short of memory: free neighbours split between the streams' lists may hold the request
+  // together, and entirely free upstream blocks (too small, or in the way of one that is not)
+  // may be worth more to the upstream.
+  auto merged = merge_other_streams_locked(mine, bytes);
+  if (merged) return hand_out_locked(*merged);
+  if (merged.code() != errc::not_found) return merged.error();
+  if (return_free_upstream_blocks_locked(bytes) == 0) return grown.error();
+  auto regrown = grow_locked(mine, bytes);
+  if (!regrown) return regrown.error();
+  return hand_out_locked(*regrown);
 }
 
 status pool_resource::do_deallocate(void* ptr, std::size_t bytes, device::stream s) noexcept {
@@ -319,6 +405,14 @@ status pool_resource::do_deallocate(void* ptr, std::size_t bytes, device::stream
   std::lock_guard lock(mu_);
   if (backend_ != nullptr) check_epoch_locked();
   detail::block_node* n = live_.take(address);
+  if (n == nullptr || n->bytes != size) [[unlikely]] return bad_deallocate_locked(address, n, bytes, size);
+  live_bytes_ -= size;
+  state_for_locked(s).free.insert(n, nodes_);
+  return status::ok();
+}
+
+status pool_resource::bad_deallocate_locked(std::uintptr_t address, detail::block_node* n, std::size_t bytes,
+                                            std::size_t size) noexcept {
   if (n == nullptr) {
     if (auto stale = stale_live_.find(address); stale != stale_live_.end()) {
       // Its memory died with the old context; the upstream never sees it again.
@@ -329,16 +423,11 @@ status pool_resource::do_deallocate(void* ptr, std::size_t bytes, device::stream
     return status(errc::invalid_argument, "pool_resource: deallocate: " + hex(address) +
                                               " was not allocated by this pool or was already freed");
   }
-  if (n->bytes != size) {
-    live_.insert(address, n);  // still live: the free was malformed
-    return status(errc::invalid_argument,
-                  "pool_resource: deallocate: " + hex(address) + " holds " + std::to_string(n->bytes) +
-                      " bytes but was freed with " + std::to_string(bytes) + " (rounded to " +
-                      std::to_string(size) + ")");
-  }
-  live_bytes_ -= size;
-  state_for_locked(s).free.insert(n, nodes_);
-  return status::ok();
+  live_.insert(n);  // still live: the free was malformed
+  return status(errc::invalid_argument,
+                "pool_resource: deallocate: " + hex(address) + " holds " + std::to_string(n->bytes) +
+                    " bytes but was freed with " + std::to_string(bytes) + " (rounded to " + std::to_string(size) +
+                    ")");
 }
 
 status pool_resource::release() noexcept {
@@ -364,7 +453,7 @@ status pool_resource::release_locked(bool ignore_live) noexcept {
     // back once it is done. Synchronising the device needs no stream handle the caller may have
     // destroyed since.
     if (auto st = backend_->synchronize_device(); !st) first = st;
-    for (auto& [native, st] : streams_) {
+    for (const auto& st : streams_) {
       if (!st->event) continue;
       if (auto d = backend_->destroy_event(st->event); !d && first) first = d;
     }
@@ -383,7 +472,7 @@ pool_statistics pool_resource::statistics() const noexcept {
   out.upstream_blocks = upstream_blocks_.size();
   out.live_bytes = live_bytes_;
   out.live_blocks = live_.size();
-  for (const auto& [native, st] : streams_) {
+  for (const auto& st : streams_) {
     out.free_bytes += st->free.total_bytes();
     out.free_blocks += st->free.block_count();
     out.largest_free_block_bytes = std::max(out.largest_free_block_bytes, st->free.largest_bytes());
@@ -391,7 +480,9 @@ pool_statistics pool_resource::statistics() const noexcept {
   out.streams = streams_.size();
   out.upstream_allocations = upstream_allocations_;
   out.upstream_refusals = upstream_refusals_;
+  out.upstream_blocks_returned = upstream_blocks_returned_;
   out.cross_stream_waits = cross_stream_waits_;
+  out.free_list_merges = free_list_merges_;
   out.context_resets_seen = context_resets_seen_;
   out.bytes_leaked_on_reset = bytes_leaked_on_reset_;
   out.stale_deallocations = stale_deallocations_;
@@ -403,10 +494,10 @@ status pool_resource::check_invariants() const noexcept {
 
   // Each free list on its own: filed by size, bitmaps, totals, coalesced.
   std::size_t free_total = 0;
-  for (const auto& [native, st] : streams_) {
+  for (const auto& st : streams_) {
     if (std::string e = st->free.check(); !e.empty()) {
       return invariant_violated("free lists address-ordered and coalesced",
-                                "stream " + hex(reinterpret_cast<std::uintptr_t>(native)) + ": " + e);
+                                "stream " + hex(reinterpret_cast<std::uintptr_t>(st->stream.native)) + ": " + e);
     }
     free_total += st->free.total_bytes();
   }
@@ -419,7 +510,7 @@ status pool_resource::check_invariants() const noexcept {
   };
   std::vector<placed> all;
   all.reserve(live_.size() + 64);
-  for (const auto& [native, st] : streams_) {
+  for (const auto& st : streams_) {
     st->free.for_each([&](const detail::block_node& n) { all.push_back({n.address, n.bytes, false}); });
   }
   std::size_t live_total = 0;
@@ -488,7 +579,7 @@ status pool_resource::check_invariants() const noexcept {
     }
   }
   std::size_t listed_free_blocks = 0;
-  for (const auto& [native, st] : streams_) listed_free_blocks += st->free.block_count();
+  for (const auto& st : streams_) listed_free_blocks += st->free.block_count();
   if (chained_live_blocks != live_.size() || chained_free_blocks != listed_free_blocks || chained_free != free_total) {
     return invariant_violated("every block inside exactly one upstream block",
                               std::to_string(live_.size()) + " live and " + std::to_string(listed_free_blocks) +

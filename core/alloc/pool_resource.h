@@ -18,6 +18,15 @@
 //     on A. The event is recorded when the block changes hands rather than at every free, which
 //     captures all work queued on A up to then, including everything queued before the free, and
 //     keeps same-stream reuse free of device calls.
+//   - a request its own stream's list cannot serve takes the best fit among the other streams'
+//     lists (B waits on that list's stream, as above), else grows the pool. Only when growth
+//     fails for lack of memory (the upstream refuses, or the maximum is reached) does it merge
+//     the other streams' lists into B's, one at a time, B waiting on each (free neighbours then
+//     coalesce across what were separate lists), until one block holds the request; that is
+//     skipped when all free bytes together are too few. Failing that, it returns every upstream
+//     block that is entirely free (after a device synchronisation: no queued work may still use
+//     them; not when the maximum would leave no room anyway) and grows once more, before it
+//     reports out_of_memory.
 //
 // Survival rules (DESIGN.md §3.1):
 //   - at process exit (process_is_exiting()) the destructor makes no device call: it leaks the
@@ -50,8 +59,9 @@
 // call it with that device current.
 //
 // Thread safety: every member may be called from any thread (one lock; the device calls made
-// under it are the rare ones: growth, cross-stream hand-over, release). Steady-state allocate and
-// deallocate allocate no host memory.
+// under it are the rare ones: growth, cross-stream hand-over or merge, returning free upstream
+// blocks, release). Steady-state allocate and deallocate allocate no host memory and make no
+// device call besides the context-epoch read.
 #pragma once
 
 #include <atomic>
@@ -93,20 +103,22 @@ struct pool_options {
 
 /// A snapshot of a pool's numbers (see pool_resource::statistics()).
 struct pool_statistics {
-  std::size_t pool_bytes = 0;              ///< usable bytes of all upstream blocks (current epoch)
-  std::size_t upstream_blocks = 0;         ///< upstream blocks held
-  std::size_t live_bytes = 0;              ///< bytes handed out and not yet returned
+  std::size_t pool_bytes = 0;                 ///< usable bytes of all upstream blocks (current epoch)
+  std::size_t upstream_blocks = 0;            ///< upstream blocks held
+  std::size_t live_bytes = 0;                 ///< bytes handed out and not yet returned
   std::size_t live_blocks = 0;
-  std::size_t free_bytes = 0;              ///< bytes on the free lists (all streams)
+  std::size_t free_bytes = 0;                 ///< bytes on the free lists (all streams)
   std::size_t free_blocks = 0;
   std::size_t largest_free_block_bytes = 0;
-  std::size_t streams = 0;                 ///< streams the pool keeps a free list for
-  std::uint64_t upstream_allocations = 0;  ///< successful growths
-  std::uint64_t upstream_refusals = 0;     ///< refused growth attempts (each halving retry counts)
-  std::uint64_t cross_stream_waits = 0;    ///< hand-overs that issued stream_wait_event
-  std::uint64_t context_resets_seen = 0;   ///< epoch changes that made the pool rebind
-  std::uint64_t bytes_leaked_on_reset = 0; ///< upstream bytes of old contexts dropped unfreed
-  std::uint64_t stale_deallocations = 0;   ///< frees of blocks from an old epoch, dropped
+  std::size_t streams = 0;                    ///< streams the pool keeps a free list for
+  std::uint64_t upstream_allocations = 0;     ///< successful growths
+  std::uint64_t upstream_refusals = 0;        ///< refused growth attempts (each halving retry counts)
+  std::uint64_t upstream_blocks_returned = 0; ///< entirely free upstream blocks returned when growth failed
+  std::uint64_t cross_stream_waits = 0;       ///< hand-overs and merges that issued stream_wait_event
+  std::uint64_t free_list_merges = 0;         ///< other streams' free lists merged into a requester's
+  std::uint64_t context_resets_seen = 0;      ///< epoch changes that made the pool rebind
+  std::uint64_t bytes_leaked_on_reset = 0;    ///< upstream bytes of old contexts dropped unfreed
+  std::uint64_t stale_deallocations = 0;      ///< frees of blocks from an old epoch, dropped
 };
 
 /// The pool. See the file comment for its rules.
@@ -180,13 +192,35 @@ class pool_resource final : public device_memory_resource {
   status do_deallocate(void* ptr, std::size_t bytes, device::stream s) noexcept override;
 
   status bind_locked() noexcept;
-  void check_epoch_locked() noexcept;
+  // The epoch read of every call; the rare change is handled out of line.
+  void check_epoch_locked() noexcept {
+    const std::uint64_t now = backend_->context_epoch(device_);
+    if (now != epoch_) [[unlikely]] epoch_changed_locked(now);
+  }
+  void epoch_changed_locked(std::uint64_t now) noexcept;
   void drop_for_reset_locked(std::uint64_t new_epoch) noexcept;
   bool holds_device_state_locked() const noexcept;
-  stream_state& state_for_locked(device::stream s);
+  // Most calls repeat the stream of the call before.
+  stream_state& state_for_locked(device::stream s) {
+    if (last_state_ != nullptr && last_state_->stream == s) [[likely]] return *last_state_;
+    return find_or_add_state_locked(s);
+  }
+  stream_state& find_or_add_state_locked(device::stream s);
+  void* hand_out_locked(detail::block_node* n) {
+    live_.insert(n);
+    live_bytes_ += n->bytes;
+    // The address is live again in the new context; a later free of it means this block.
+    if (!stale_live_.empty()) [[unlikely]] stale_live_.erase(n->address);
+    return reinterpret_cast<void*>(n->address);
+  }
+  result<void*> allocate_slow_locked(stream_state& mine, std::size_t bytes) noexcept;
+  status order_after_locked(stream_state& mine, stream_state& other) noexcept;
   result<detail::block_node*> take_from_other_stream_locked(stream_state& mine, std::size_t bytes) noexcept;
+  result<detail::block_node*> merge_other_streams_locked(stream_state& mine, std::size_t bytes) noexcept;
   result<detail::block_node*> grow_locked(stream_state& mine, std::size_t bytes) noexcept;
-  void* hand_out_locked(detail::block_node* n);
+  std::size_t return_free_upstream_blocks_locked(std::size_t bytes) noexcept;
+  status bad_deallocate_locked(std::uintptr_t address, detail::block_node* n, std::size_t bytes,
+                               std::size_t size) noexcept;
   status release_locked(bool ignore_live) noexcept;
   void forget_blocks_locked() noexcept;
 
@@ -203,7 +237,8 @@ class pool_resource final : public device_memory_resource {
   detail::node_pool nodes_;
   detail::address_map live_;
   std::unordered_map<std::uintptr_t, std::size_t> stale_live_;  // handed out before a reset
-  std::unordered_map<void*, std::unique_ptr<stream_state>> streams_;
+  std::vector<std::unique_ptr<stream_state>> streams_;           // in the order first seen
+  std::unordered_map<void*, stream_state*> stream_index_;        // by native handle
   stream_state* last_state_ = nullptr;  // the stream used last: most calls repeat it
   std::size_t pool_bytes_ = 0;
   std::size_t live_bytes_ = 0;
@@ -212,7 +247,9 @@ class pool_resource final : public device_memory_resource {
 
   std::uint64_t upstream_allocations_ = 0;
   std::uint64_t upstream_refusals_ = 0;
+  std::uint64_t upstream_blocks_returned_ = 0;
   std::uint64_t cross_stream_waits_ = 0;
+  std::uint64_t free_list_merges_ = 0;
   std::uint64_t context_resets_seen_ = 0;
   std::uint64_t bytes_leaked_on_reset_ = 0;
   std::uint64_t stale_deallocations_ = 0;

@@ -1,9 +1,11 @@
 // pool_resource: the pool's placement rules (alignment, best fit, coalescing, never across
 // upstream blocks), its growth (doubling, maximum, halving on refusal), stream-ordered reuse
-// (observed through a recording backend, and end to end on the sim's stream workers), release,
-// and its invariants under seeded random and concurrent alloc/free sequences. Every test runs on
-// the process's backend (the sim here); an upstream that records and refuses requests makes the
-// growth rules observable.
+// (observed through a recording backend, and end to end on the sim's stream workers), what it
+// does when memory runs short (another stream's block, merged lists, free upstream blocks
+// returned; each ordered after the work that used the memory), release, and its invariants under
+// seeded random and concurrent alloc/free sequences. Every test runs on the process's backend
+// (the sim here); an upstream that records and refuses requests, or a byte limit standing in for
+// a full device, makes the growth rules observable.
 #include "core/alloc/pool_resource.h"
 
 #include <gtest/gtest.h>
@@ -18,6 +20,7 @@
 
 #include "core/alloc/alloc_test_util.h"
 #include "core/alloc/device_resource.h"
+#include "core/alloc/limiting_adaptor.h"
 #include "core/device/sim/sim_backend.h"
 
 namespace faultline::core::alloc {
@@ -248,10 +251,96 @@ TEST(pool_resource, growth_never_passes_the_maximum_size) {
   auto again = pool.allocate(mib);  // free space is reused under the cap
   ASSERT_TRUE(again);
   ASSERT_TRUE(pool.deallocate(*again, mib));
-  // 3 MiB are free, but in three upstream blocks that never merge, and the cap forbids growth.
-  auto spanning = pool.allocate(2 * mib);
+  // 768 KiB live in each upstream block: 768 KiB are free, but in three 256 KiB pieces that
+  // never merge, no upstream block is entirely free, and the cap forbids growth.
+  live.clear();
+  for (int i = 0; i < 3; ++i) {
+    auto p = pool.allocate(768 * kib);
+    ASSERT_TRUE(p) << p.error().to_string();
+    live.push_back(*p);
+  }
+  auto spanning = pool.allocate(512 * kib);
   EXPECT_EQ(spanning.code(), errc::out_of_memory);
   EXPECT_EQ(upstream.requests().size(), 3u);
+  EXPECT_EQ(upstream.deallocations(), 0u);
+  for (void* p : live) ASSERT_TRUE(pool.deallocate(p, 768 * kib));
+}
+
+TEST(pool_resource, returns_entirely_free_upstream_blocks_when_the_maximum_stops_growth) {
+  test_upstream upstream(dev());
+  pool_resource pool(upstream, options_with(mib, 3 * mib));
+  std::vector<void*> live;
+  for (int i = 0; i < 3; ++i) live.push_back(*pool.allocate(mib));
+  for (void* p : live) ASSERT_TRUE(pool.deallocate(p, mib));
+  // 3 MiB are free, but in three upstream blocks that never merge, and the cap forbids growth:
+  // the pool gives the three back and takes one block that fits.
+  auto spanning = pool.allocate(2 * mib);
+  ASSERT_TRUE(spanning) << spanning.error().to_string();
+  EXPECT_EQ(upstream.requests(), (std::vector<std::size_t>{mib, mib, mib, 2 * mib}));
+  EXPECT_EQ(upstream.deallocations(), 3u);
+  auto stats = pool.statistics();
+  EXPECT_EQ(stats.upstream_blocks_returned, 3u);
+  EXPECT_EQ(stats.upstream_blocks, 1u);
+  EXPECT_EQ(stats.pool_bytes, 2 * mib);
+  EXPECT_EQ(pool.upstream_bytes(), 2 * mib);
+  EXPECT_TRUE(pool.check_invariants()) << pool.check_invariants().to_string();
+  ASSERT_TRUE(pool.deallocate(*spanning, 2 * mib));
+}
+
+TEST(pool_resource, returns_entirely_free_upstream_blocks_after_a_device_synchronisation_when_the_upstream_refuses) {
+  recording_backend rb(dev());
+  device_resource device(rb);
+  limiting_adaptor upstream(device, 4 * mib);  // a device with 4 MiB
+  pool_options o = options_with(mib);
+  o.backend = &rb;
+  pool_resource pool(upstream, o);
+  // Upstream blocks of 1, 1 and 2 MiB (growth doubles): the device is full.
+  const std::size_t sizes[] = {mib, mib, 2 * mib};
+  std::vector<void*> live;
+  for (std::size_t bytes : sizes) live.push_back(*pool.allocate(bytes));
+  ASSERT_EQ(upstream.allocated_bytes(), 4 * mib);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(pool.deallocate(live[i], sizes[i]));
+  rb.clear();
+
+  auto big = pool.allocate(3 * mib);  // no free block holds it, and the device refuses 4 and 3 MiB
+  ASSERT_TRUE(big) << big.error().to_string();
+  auto stats = pool.statistics();
+  EXPECT_EQ(stats.upstream_refusals, 2u);
+  EXPECT_EQ(stats.upstream_blocks_returned, 3u);
+  EXPECT_EQ(stats.upstream_blocks, 1u);
+  EXPECT_EQ(upstream.allocated_bytes(), 3 * mib);
+  // Queued work may still use the freed blocks: the device is synchronised before any goes back.
+  const auto calls = rb.calls();
+  auto first = [&](const char* name) {
+    return std::find_if(calls.begin(), calls.end(), [&](const recorded_call& c) { return c.name == name; });
+  };
+  ASSERT_NE(first("synchronize_device"), calls.end());
+  ASSERT_NE(first("deallocate"), calls.end());
+  EXPECT_LT(first("synchronize_device") - calls.begin(), first("deallocate") - calls.begin());
+  EXPECT_EQ(rb.count("deallocate"), 3u);
+  EXPECT_TRUE(pool.check_invariants()) << pool.check_invariants().to_string();
+  ASSERT_TRUE(pool.deallocate(*big, 3 * mib));
+}
+
+TEST(pool_resource, an_upstream_block_the_upstream_does_not_take_back_keeps_serving) {
+  test_upstream upstream(dev());
+  pool_resource pool(upstream, options_with(mib, 2 * mib));
+  void* a = *pool.allocate(mib);
+  void* b = *pool.allocate(mib);
+  ASSERT_TRUE(pool.deallocate(a, mib));
+  ASSERT_TRUE(pool.deallocate(b, mib));
+  upstream.fail_deallocate = true;
+  auto spanning = pool.allocate(2 * mib);  // needs both blocks back, which the upstream refuses
+  EXPECT_EQ(spanning.code(), errc::out_of_memory);
+  auto stats = pool.statistics();
+  EXPECT_EQ(stats.upstream_blocks_returned, 0u);
+  EXPECT_EQ(stats.upstream_blocks, 2u);
+  EXPECT_EQ(stats.free_bytes, 2 * mib);
+  EXPECT_TRUE(pool.check_invariants()) << pool.check_invariants().to_string();
+  auto again = pool.allocate(mib);
+  ASSERT_TRUE(again) << again.error().to_string();
+  ASSERT_TRUE(pool.deallocate(*again, mib));
+  upstream.fail_deallocate = false;
 }
 
 TEST(pool_resource, halves_the_growth_request_when_the_upstream_refuses) {
@@ -435,6 +524,186 @@ TEST(pool_resource, cross_stream_reuse_orders_the_new_owner_after_the_freeing_st
   EXPECT_EQ(probe.b_saw_a_done.load(), 1);
   ASSERT_TRUE(pool.deallocate(*q, mib, s[1]));
   ASSERT_TRUE(dev().synchronize_stream(s[0]));
+}
+
+// Work queued on a stream that still uses a block when the block is freed there: it sleeps, then
+// marks itself done. A watcher queued on the stream that reuses the block records whether every
+// such work it must be ordered after had finished when it ran.
+struct queued_work {
+  std::atomic<bool> done{false};
+};
+
+struct watcher {
+  std::vector<queued_work*> after;
+  std::atomic<int> saw_all_done{-1};
+};
+
+void slow_work(void* arg) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  static_cast<queued_work*>(arg)->done.store(true);
+}
+
+void watch(void* arg) {
+  auto* w = static_cast<watcher*>(arg);
+  bool all = true;
+  for (queued_work* q : w->after) all = all && q->done.load();
+  w->saw_all_done.store(all ? 1 : 0);
+}
+
+// Four streams A, B, C, D each allocate from one 8 MiB upstream block, in address order
+// A [0, 1M), B [1M, 5M), C [5M, 7M), D [7M, 8M), and each frees its block while slow work
+// queued on it still runs: four free lists, one block each, neighbours that never coalesce
+// across lists. The upstream is a device of `device_bytes` (`recorder` sees what it grants).
+struct four_stream_setup {
+  static constexpr std::size_t sizes[4] = {mib, 4 * mib, 2 * mib, mib};
+  explicit four_stream_setup(std::size_t device_bytes = 64 * mib) : upstream(recorder, device_bytes) {}
+
+  test_upstream recorder{dev()};
+  limiting_adaptor upstream;
+  pool_resource pool{upstream, options_with(8 * mib)};
+  streams s{4};
+  void* blocks[4] = {};
+  queued_work work[4];
+  pool_statistics before;
+
+  void allocate_then_free_under_work() {
+    for (int i = 0; i < 4; ++i) {
+      auto p = pool.allocate(sizes[i], s[i]);
+      ASSERT_TRUE(p) << p.error().to_string();
+      blocks[i] = *p;
+    }
+    ASSERT_EQ(recorder.requests().size(), 1u);
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(device::sim_launch_host_func(s[i], slow_work, &work[i]));
+      ASSERT_TRUE(pool.deallocate(blocks[i], sizes[i], s[i]));
+    }
+    before = pool.statistics();  // B, C and D took their blocks from A's list
+  }
+  // Whether work queued on `on` now runs only after every work in `after` finished.
+  int ordered_after(device::stream on, std::vector<queued_work*> after) {
+    watcher w;
+    w.after = std::move(after);
+    EXPECT_TRUE(device::sim_launch_host_func(on, watch, &w));
+    EXPECT_TRUE(dev().synchronize_stream(on));
+    return w.saw_all_done.load();
+  }
+  ~four_stream_setup() {
+    for (int i = 0; i < 4; ++i) (void)dev().synchronize_stream(s[i]);
+  }
+};
+
+TEST(pool_resource, a_miss_takes_the_best_fit_another_stream_freed_ordered_after_its_work) {
+  if (dev().kind() != device::backend_kind::sim) GTEST_SKIP() << "uses sim host functions as kernels";
+  four_stream_setup f;
+  f.allocate_then_free_under_work();
+  if (HasFatalFailure()) return;
+  auto q = f.pool.allocate(3 * mib, f.s[0]);  // fits only in B's block
+  ASSERT_TRUE(q) << q.error().to_string();
+  EXPECT_EQ(*q, f.blocks[1]);
+  EXPECT_EQ(f.recorder.requests().size(), 1u) << "served without growing";
+  EXPECT_EQ(f.pool.statistics().cross_stream_waits - f.before.cross_stream_waits, 1u);
+  EXPECT_EQ(f.ordered_after(f.s[0], {&f.work[1]}), 1) << "A used B's block before B's work on it finished";
+  ASSERT_TRUE(f.pool.deallocate(*q, 3 * mib, f.s[0]));
+  EXPECT_TRUE(f.pool.check_invariants()) << f.pool.check_invariants().to_string();
+}
+
+TEST(pool_resource, a_miss_no_single_list_holds_grows_while_the_upstream_has_room) {
+  if (dev().kind() != device::backend_kind::sim) GTEST_SKIP() << "uses sim host functions as kernels";
+  four_stream_setup f;
+  f.allocate_then_free_under_work();
+  if (HasFatalFailure()) return;
+  auto q = f.pool.allocate(6 * mib, f.s[0]);
+  ASSERT_TRUE(q) << q.error().to_string();
+  auto stats = f.pool.statistics();
+  EXPECT_EQ(stats.upstream_allocations, 2u);
+  EXPECT_EQ(stats.free_list_merges, 0u);
+  EXPECT_EQ(stats.cross_stream_waits, f.before.cross_stream_waits) << "no stream waits on another for growth";
+  ASSERT_TRUE(f.pool.deallocate(*q, 6 * mib, f.s[0]));
+}
+
+TEST(pool_resource, a_refused_growth_merges_other_streams_lists_until_neighbours_coalesce_into_a_fit) {
+  if (dev().kind() != device::backend_kind::sim) GTEST_SKIP() << "uses sim host functions as kernels";
+  four_stream_setup f(8 * mib);  // the device is full
+  f.allocate_then_free_under_work();
+  if (HasFatalFailure()) return;
+  // 6 MiB fits in no single list; A's [0, 1M) merged with B's [1M, 5M) and C's [5M, 7M) does.
+  auto q = f.pool.allocate(6 * mib, f.s[0]);
+  ASSERT_TRUE(q) << q.error().to_string();
+  EXPECT_EQ(*q, f.blocks[0]);
+  auto stats = f.pool.statistics();
+  EXPECT_EQ(stats.upstream_allocations, 1u) << "served without growing";
+  EXPECT_EQ(stats.upstream_blocks_returned, 0u);
+  EXPECT_EQ(stats.free_list_merges, 2u) << "B's and C's lists; D's is not needed";
+  EXPECT_EQ(stats.cross_stream_waits - f.before.cross_stream_waits, 2u);
+  EXPECT_EQ(stats.free_blocks, 2u);  // A's [6M, 7M) and D's [7M, 8M)
+  EXPECT_EQ(f.ordered_after(f.s[0], {&f.work[1], &f.work[2]}), 1)
+      << "A used B's or C's memory before their work on it finished";
+  EXPECT_TRUE(f.pool.check_invariants()) << f.pool.check_invariants().to_string();
+  ASSERT_TRUE(f.pool.deallocate(*q, 6 * mib, f.s[0]));
+}
+
+TEST(pool_resource, a_refused_growth_skips_a_useless_merge_and_returns_free_blocks_after_their_work) {
+  if (dev().kind() != device::backend_kind::sim) GTEST_SKIP() << "uses sim host functions as kernels";
+  four_stream_setup f(12 * mib);  // room for 4 MiB more: less than the 9 MiB growth needs
+  f.allocate_then_free_under_work();
+  if (HasFatalFailure()) return;
+  // 8 MiB are free in all, too few to merge for; the upstream block holding them is entirely
+  // free, so it goes back and a 9 MiB one takes its place.
+  auto q = f.pool.allocate(9 * mib, f.s[0]);
+  ASSERT_TRUE(q) << q.error().to_string();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(f.work[i].done.load()) << "the block went upstream while stream " << i << "'s work used it";
+  }
+  auto stats = f.pool.statistics();
+  EXPECT_EQ(stats.free_list_merges, 0u);
+  EXPECT_EQ(stats.cross_stream_waits, f.before.cross_stream_waits) << "no stream waits on another for nothing";
+  EXPECT_EQ(stats.upstream_blocks_returned, 1u);
+  EXPECT_EQ(f.recorder.granted(), (std::vector<std::size_t>{8 * mib, 9 * mib}));
+  EXPECT_EQ(f.recorder.deallocations(), 1u);
+  EXPECT_TRUE(f.pool.check_invariants()) << f.pool.check_invariants().to_string();
+  ASSERT_TRUE(f.pool.deallocate(*q, 9 * mib, f.s[0]));
+}
+
+TEST(pool_resource, four_streams_reuse_each_others_free_memory_once_the_device_is_full) {
+  // RMM's random-allocations shape on four streams (the benchmark that found the pool failing
+  // with the device full of its own free memory): sizes up to 8 MiB, at most 16 MiB live, blocks
+  // freed on the stream that allocated them, on a device of 48 MiB. Every allocation succeeds.
+  device_resource device;
+  limiting_adaptor upstream(device, 48 * mib);
+  pool_resource pool(upstream, options_with(2 * mib));
+  streams s(4);
+  seeded_rng rng(1);
+  struct live_block {
+    void* p;
+    std::size_t bytes;
+    int stream;
+  };
+  std::vector<live_block> live;
+  std::size_t live_bytes = 0;
+  int next_stream = 0;
+  for (int op = 0; op < 2000; ++op) {
+    const std::size_t bytes = rng.between(1, 8 * mib);
+    if (live.empty() || (rng.between(0, 99) < 73 && live_bytes + bytes < 16 * mib)) {
+      const int st = next_stream++ % 4;
+      auto p = pool.allocate(bytes, s[st]);
+      ASSERT_TRUE(p) << "op " << op << ": " << p.error().to_string();
+      live.push_back({*p, bytes, st});
+      live_bytes += bytes;
+    } else {
+      const std::size_t i = rng.between(0, live.size() - 1);
+      ASSERT_TRUE(pool.deallocate(live[i].p, live[i].bytes, s[live[i].stream]));
+      live_bytes -= live[i].bytes;
+      live[i] = live.back();
+      live.pop_back();
+    }
+    if (op % 101 == 0) {
+      ASSERT_TRUE(pool.check_invariants()) << pool.check_invariants().to_string();
+    }
+  }
+  for (auto& b : live) ASSERT_TRUE(pool.deallocate(b.p, b.bytes, s[b.stream]));
+  EXPECT_LE(upstream.allocated_bytes(), 48 * mib);
+  EXPECT_GT(pool.statistics().cross_stream_waits, 0u);
+  ASSERT_TRUE(pool.check_invariants()) << pool.check_invariants().to_string();
 }
 
 TEST(pool_resource, release_returns_every_upstream_block) {
