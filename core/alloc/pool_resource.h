@@ -34,12 +34,14 @@
 //   - every device call is made inside the allocator's exit guard: after the exit hook ran,
 //     calls are refused with errc::refused instead of reaching a runtime being torn down;
 //   - the pool records its device's context epoch when it first touches the device and checks it
-//     at every allocate and deallocate, so before it hands out or takes back memory and before any
-//     call on a stream, event or upstream block (the backend's context_epoch() is on the hot
-//     path: it must stay cheap, as device.h promises). After a reset (by anyone) it makes no call
-//     on the stale handles: it drops its free lists and events, counts the old context's upstream
-//     bytes in `bytes_leaked_on_reset`, rebinds to the new epoch and serves from fresh upstream
-//     memory. Freeing a block handed out before the reset is accepted and dropped.
+//     at every allocate (and release, and in its destructor), so before it hands out memory and
+//     before any call on a stream, event or upstream block (the backend's context_epoch() is on
+//     the hot path: it must stay cheap, as device.h promises). After a reset (by anyone) it makes
+//     no call on the stale handles: it drops its free lists and events, counts the old context's
+//     upstream bytes in `bytes_leaked_on_reset`, rebinds to the new epoch and serves from fresh
+//     upstream memory. A deallocation makes no device call and reads no epoch: a block of a reset
+//     context freed before the pool saw the reset goes back to its list, which the next allocate
+//     drops; one freed after is accepted and dropped (`stale_deallocations`).
 //
 // Fault points: "alloc/pool/allocate" (fails the allocation with the injected code) and
 // "alloc/pool/grow" (fails one upstream attempt as if the upstream had refused it).
@@ -61,7 +63,7 @@
 // Thread safety: every member may be called from any thread (one lock; the device calls made
 // under it are the rare ones: growth, cross-stream hand-over or merge, returning free upstream
 // blocks, release). Steady-state allocate and deallocate allocate no host memory and make no
-// device call besides the context-epoch read.
+// device call besides allocate's context-epoch read.
 #pragma once
 
 #include <atomic>
@@ -118,7 +120,7 @@ struct pool_statistics {
   std::uint64_t free_list_merges = 0;         ///< other streams' free lists merged into a requester's
   std::uint64_t context_resets_seen = 0;      ///< epoch changes that made the pool rebind
   std::uint64_t bytes_leaked_on_reset = 0;    ///< upstream bytes of old contexts dropped unfreed
-  std::uint64_t stale_deallocations = 0;      ///< frees of blocks from an old epoch, dropped
+  std::uint64_t stale_deallocations = 0;      ///< frees of blocks from an old epoch after the pool saw the reset, dropped
 };
 
 /// The pool. See the file comment for its rules.
