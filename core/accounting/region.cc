@@ -915,6 +915,9 @@ status region::write_slot(std::uint32_t device, kind k, std::uint64_t bytes, boo
                                              " in use, " + std::to_string(bytes) + " more requested");
     }
     part.store(part.load(counter_load) + bytes, counter_store);
+    // The update half done (a writer preempted between its two stores): delay, pause or kill
+    // only; a failure code here is ignored (the aggregate is already charged).
+    (void)FAULTLINE_POINT("accounting/slot/between-stores");
     total.store(total.load(counter_load) + bytes, counter_store);
   } else {
     const std::uint64_t have = part.load(counter_load);
@@ -925,6 +928,7 @@ status region::write_slot(std::uint32_t device, kind k, std::uint64_t bytes, boo
                                                 std::to_string(have));
     }
     part.store(have - bytes, counter_store);
+    (void)FAULTLINE_POINT("accounting/slot/between-stores");
     total.store(total.load(counter_load) - bytes, counter_store);
     aggregate.fetch_sub(bytes, std::memory_order_acq_rel);
   }
