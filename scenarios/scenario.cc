@@ -140,6 +140,13 @@ void add_or_abort(registry& r, scenario s) {
   }
 }
 
+std::function<void(scenario)> family_adder(registry& r, std::vector<std::string> fault_space) {
+  return [&r, space = std::move(fault_space)](scenario s) {
+    s.fault_space = space;
+    add_or_abort(r, std::move(s));
+  };
+}
+
 void add_worker_or_abort(registry& r, std::string name, worker_fn fn) {
   if (auto st = r.add_worker(std::move(name), std::move(fn)); !st) {
     std::fprintf(stderr, "faultline-scenarios: %s\n", st.to_string().c_str());

@@ -76,5 +76,22 @@ TEST(catalog, every_bug_variant_names_a_known_bug_point_with_a_valid_spec) {
   }
 }
 
+// A soak draws each run's faults from the scenario's space (harness/fault_space.h, which checks
+// the range syntax when it loads the catalog); here: every scenario has one, naming points the
+// code has (no bug point, no wildcard), each once.
+TEST(catalog, every_scenario_declares_a_fault_space_of_real_points) {
+  for (const auto& s : catalog().all()) {
+    EXPECT_FALSE(s.fault_space.empty()) << s.name << " declares no fault space: a soak varies only its seed";
+    std::set<std::string> points;
+    for (const auto& item : s.fault_space) {
+      const std::string point = item.substr(0, item.find('='));
+      EXPECT_TRUE(points.insert(point).second) << s.name << " names " << point << " twice";
+      EXPECT_NE(point.rfind("bug/", 0), 0u) << s.name << ": " << item;
+      EXPECT_EQ(point.find('*'), std::string::npos) << s.name << ": " << item;
+      EXPECT_NE(item.find('='), std::string::npos) << s.name << ": " << item;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace faultline::scenarios

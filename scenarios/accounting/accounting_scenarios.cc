@@ -1091,10 +1091,7 @@ void register_accounting_scenarios(registry& r) {
   // runner with other tests beside) rarely gives them: a writer paused between its two stores
   // now and then opens the window every run (on a loaded 2-core machine detection was 77-87%).
   const std::string between_stores = "accounting/slot/between-stores=20%delay(50us)";
-  auto add = [&r, &fault_space](scenario s) {
-    s.fault_space = fault_space;
-    add_or_abort(r, std::move(s));
-  };
+  const auto add = family_adder(r, fault_space);
   auto add_worker = [&r](std::string name, worker_fn fn) {
     add_worker_or_abort(r, std::move(name), std::move(fn));
   };

@@ -239,10 +239,7 @@ void register_exit_scenarios(registry& r) {
       "sim/stream/op=1..30%delay(1us..2ms)",
       "sim/call/after-unloading-check=1..50%delay(1us..5ms)",
       "alloc/pool/grow=1..50%delay(1us..2ms)"};
-  auto add = [&r, &fault_space](scenario s) {
-    s.fault_space = fault_space;
-    add_or_abort(r, std::move(s));
-  };
+  const auto add = family_adder(r, fault_space);
   add({.name = "exit/static-pool",
        .description = "per-device pool map destroyed at exit after the runtime teardown (RMM #2367)",
        .timeout_ms = 20000,

@@ -833,10 +833,7 @@ void register_ipc_scenarios(registry& r) {
       "ipc/child/start=1..50%delay(1ms..50ms)",
       "sim/stream/op=1..20%delay(1us..1ms)",
       "sim/allocate=1..20%delay(1us..1ms)"};
-  auto add = [&r, &fault_space](scenario s) {
-    s.fault_space = fault_space;
-    add_or_abort(r, std::move(s));
-  };
+  const auto add = family_adder(r, fault_space);
   auto add_worker = [&r](std::string name, worker_fn fn) {
     add_worker_or_abort(r, std::move(name), std::move(fn));
   };

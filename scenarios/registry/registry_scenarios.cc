@@ -631,10 +631,7 @@ void register_registry_scenarios(registry& r) {
       "registry/unregister/after-mark=1..50%delay(10us..5ms)",
       "registry/unregister/after-remove=1..50%delay(10us..5ms)",
       "sim/stream/op=1..20%delay(1us..1ms)"};
-  auto add = [&r, &fault_space](scenario s) {
-    s.fault_space = fault_space;
-    add_or_abort(r, std::move(s));
-  };
+  const auto add = family_adder(r, fault_space);
   add({.name = "registry/unregister-while-saving",
        .description = "16 concurrent saves race an unregister of their instance (PegaFlow #329)",
        .timeout_ms = 20000,
