@@ -616,6 +616,8 @@ int cmd_soak(const soak_args& a, cli_context& ctx) {
     clean = clean && v.failures == 0;
   }
   for (const auto& leak : r->harness_leaks) ctx.out << paint.red("harness leak: ") << leak << "\n";
+  for (const auto& p : r->points_never_reached)
+    ctx.out << "warning: fault-space point never reached: " << p << " (a misspelt point, or one the scenario never gets to)\n";
   if (!r->report_html.empty()) ctx.err << "faultline: report: " << fs::absolute(r->report_html).string() << "\n";
   if (!r->report_markdown.empty()) ctx.err << "faultline: summary: " << fs::absolute(r->report_markdown).string() << "\n";
   ctx.out.flush();

@@ -203,6 +203,32 @@ class leak_checker {
 
 std::string iso_now() { return detail::iso_utc(std::chrono::system_clock::now()); }
 
+fs::path results_path_of(const fs::path& out_dir) { return out_dir / "results.jsonl"; }
+
+// Per scenario, the points of its fault space that no recorded run reached (a misspelt point, or
+// one the scenario never gets to): "scenario: point" lines. Reads the results file once, in
+// constant memory; a scenario without runs is not judged.
+std::vector<std::string> points_never_reached(const soak_options& o, const fs::path& results) {
+  std::map<std::string, std::set<std::string>> reached;
+  std::map<std::string, std::uint64_t> runs;
+  auto scan = scan_results(results, [&](run_record&& r, std::uint64_t) -> core::status {
+    ++runs[r.name];
+    reached[r.name].insert(r.points_reached.begin(), r.points_reached.end());
+    return {};
+  });
+  std::vector<std::string> out;
+  if (!scan) return out;
+  for (const auto& sc : o.scenarios) {
+    if (!runs[sc.name]) continue;
+    for (const auto& item : sc.fault_space) {
+      const std::string point = item.substr(0, item.find('='));
+      if (!reached[sc.name].count(point))
+        out.push_back(sc.name + ": " + point + " (in none of its " + std::to_string(runs[sc.name]) + " runs)");
+    }
+  }
+  return out;
+}
+
 std::uint64_t seed_from_clock() {
   const auto ns = std::chrono::system_clock::now().time_since_epoch().count();
   return faults::splitmix64_mix(static_cast<std::uint64_t>(ns)) >> 16;  // short enough to type
@@ -412,6 +438,7 @@ core::result<soak_result> run_soak(const soak_options& o) {
   result.campaign = std::move(*campaign);
   result.spent = state.spent;
   result.budget_spent = result.campaign.deadline_reached || left.count() == 0;
+  result.points_never_reached = points_never_reached(o, results_path_of(o.out_dir));
   if (write_report(true) == reports::exit_ok) {
     result.report_html = html;
     result.report_markdown = markdown;

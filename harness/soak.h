@@ -83,6 +83,8 @@ struct soak_result {
   std::chrono::milliseconds spent{0};      ///< of the budget, across resumes
   bool budget_spent = false;               ///< it ended because the budget ran out
   std::vector<std::string> harness_leaks;  ///< what the checks between runs found, one line each
+  /// "scenario: point (in none of its N runs)" for each point of a fault space no run reached.
+  std::vector<std::string> points_never_reached;
   std::filesystem::path report_html, report_markdown;  ///< empty when one could not be written
 };
 

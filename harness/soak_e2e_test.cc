@@ -149,6 +149,10 @@ TEST_F(soak_e2e, rotates_scenarios_and_seeds_with_faults_drawn_from_each_space_a
   EXPECT_NE(r.err.find("report: "), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("repro: faultline run fake/behave --seed "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--faults fake/fail-on-odd-seed=print"), std::string::npos) << r.out;
+  // The stand-in scenarios reach no fault point (they only print their spec): each point of
+  // their spaces is named as never reached.
+  for (const char* p : {"fake/counter: fake/noise", "fake/behave: fake/fail-on-odd-seed", "fake/behave: fake/noise"})
+    EXPECT_NE(r.out.find(std::string("fault-space point never reached: ") + p), std::string::npos) << p << "\n" << r.out;
 
   // Pruned like a campaign: the failures' logs and the first 3 passes of each scenario.
   std::size_t logs = 0;

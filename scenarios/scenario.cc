@@ -142,9 +142,16 @@ void add_or_abort(registry& r, scenario s) {
 
 std::function<void(scenario)> family_adder(registry& r, std::vector<std::string> fault_space) {
   return [&r, space = std::move(fault_space)](scenario s) {
-    s.fault_space = space;
+    if (s.fault_space.empty()) s.fault_space = space;
     add_or_abort(r, std::move(s));
   };
+}
+
+std::vector<std::string> fault_space_without(const std::vector<std::string>& space, std::string_view point) {
+  std::vector<std::string> out;
+  for (const auto& item : space)
+    if (std::string_view(item).substr(0, item.find('=')) != point) out.push_back(item);
+  return out;
 }
 
 void add_worker_or_abort(registry& r, std::string name, worker_fn fn) {

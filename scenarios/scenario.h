@@ -128,8 +128,12 @@ const registry& catalog();
 void add_or_abort(registry& r, scenario s);
 /// The same for r.add_worker(name, fn).
 void add_worker_or_abort(registry& r, std::string name, worker_fn fn);
-/// A family's `add`: add_or_abort(r, s) with s.fault_space set to the family's `fault_space`.
+/// A family's `add`: add_or_abort(r, s), giving s the family's `fault_space` unless it declares
+/// its own.
 std::function<void(scenario)> family_adder(registry& r, std::vector<std::string> fault_space);
+/// `space` less its item for `point` (a scenario that never reaches it: a soak warns about such
+/// points).
+std::vector<std::string> fault_space_without(const std::vector<std::string>& space, std::string_view point);
 
 /// Family registration functions, one per scenario family file.
 void register_exit_scenarios(registry& r);

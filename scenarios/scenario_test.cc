@@ -79,7 +79,7 @@ TEST(catalog, every_bug_variant_names_a_known_bug_point_with_a_valid_spec) {
 // A soak draws each run's faults from the scenario's space (harness/fault_space.h, which checks
 // the range syntax when it loads the catalog); here: every scenario has one, naming points the
 // code has (no bug point, no wildcard), each once.
-TEST(catalog, every_scenario_declares_a_fault_space_of_real_points) {
+TEST(catalog, every_scenario_declares_a_fault_space_of_plain_points) {
   for (const auto& s : catalog().all()) {
     EXPECT_FALSE(s.fault_space.empty()) << s.name << " declares no fault space: a soak varies only its seed";
     std::set<std::string> points;

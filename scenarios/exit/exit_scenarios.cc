@@ -247,7 +247,8 @@ void register_exit_scenarios(registry& r) {
        .bug_points = {{.point = "bug/alloc/no-exit-guard",
                        .faults = "bug/alloc/no-exit-guard=print",
                        .detect_rate = 0.95,
-                       .expect = "fail at exit: device calls after teardown"}}});
+                       .expect = "fail at exit: device calls after teardown"}},
+       .fault_space = fault_space_without(fault_space, "sim/free")});
   add({.name = "exit/thread-in-flight",
        .description = "threads inside device calls while the process exits (RMM #2367, 60% SIGSEGV)",
        .timeout_ms = 20000,
@@ -256,7 +257,8 @@ void register_exit_scenarios(registry& r) {
                        .faults = "bug/alloc/no-drain=print;sim/call/after-unloading-check=delay(20ms);"
                                  "sim/teardown/after-unmap=delay(100ms)",
                        .detect_rate = 0.95,
-                       .expect = "crash at exit (SIGSEGV) or device calls after teardown"}}});
+                       .expect = "crash at exit (SIGSEGV) or device calls after teardown"}},
+       .fault_space = fault_space_without(fault_space, "sim/stream/op")});
   add({.name = "exit/early-reset",
        .description = "device context reset under a live pool, then the pool is used and destroyed",
        .timeout_ms = 20000,

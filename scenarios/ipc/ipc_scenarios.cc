@@ -851,7 +851,8 @@ void register_ipc_scenarios(registry& r) {
                       {.point = "bug/ipc/close-before-kill",
                        .faults = "bug/ipc/close-before-kill=print",
                        .detect_rate = 0.95,
-                       .expect = hang}}});
+                       .expect = hang}},
+       .fault_space = fault_space_without(fault_space, "sim/allocate")});
   add({.name = "ipc/child-killed-holding-import",
        .description = "a child SIGKILLed while it holds an import; the parent must kill the rest before closing",
        .timeout_ms = registered_timeout_ms,
@@ -859,7 +860,8 @@ void register_ipc_scenarios(registry& r) {
        .bug_points = {{.point = "bug/ipc/close-before-kill",
                        .faults = "bug/ipc/close-before-kill=print",
                        .detect_rate = 0.95,
-                       .expect = hang}}});
+                       .expect = hang}},
+       .fault_space = fault_space_without(fault_space, "sim/allocate")});
   add({.name = "ipc/reexport-chain",
        .description = "A exports to B, B re-exports to C before its write landed: stale bytes (numba-cuda #930)",
        .timeout_ms = registered_timeout_ms,
