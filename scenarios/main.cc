@@ -15,6 +15,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -23,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/device/device.h"
 #include "faults/engine.h"
 #include "harness/agent/agent.h"
 #include "scenarios/scenario.h"
@@ -39,7 +41,25 @@ constexpr const char* usage =
     "  FAULTLINE_FAULTS  fault spec, e.g. 'bug/alloc/no-drain=print'\n"
     "  FAULTLINE_DEVICE  auto|sim|cuda\n";
 
+// The timeout a scenario declares on the backend this process would select (FAULTLINE_DEVICE:
+// `auto` asks the device layer; only `list` does, never a run, whose device must initialise in
+// the scenario's own order).
+int declared_timeout_ms(const fs::scenario& s, bool on_cuda) {
+  return on_cuda && s.cuda_timeout_ms > 0 ? s.cuda_timeout_ms : s.timeout_ms;
+}
+
+bool would_select_cuda() {
+  const char* env = std::getenv("FAULTLINE_DEVICE");
+  auto sel = faultline::core::device::parse_selection(env ? env : "auto");
+  if (!sel || *sel == faultline::core::device::selection::sim) return false;
+  auto b = faultline::core::device::select_backend();
+  return b && (*b)->kind() == faultline::core::device::backend_kind::cuda;
+}
+
 int list(bool json) {
+  const bool on_cuda = std::any_of(fs::catalog().all().begin(), fs::catalog().all().end(),
+                                   [](const fs::scenario& s) { return s.cuda_timeout_ms > 0; }) &&
+                       would_select_cuda();
   if (json) {
     auto out = nlohmann::json::array();
     for (const auto& s : fs::catalog().all()) {
@@ -49,7 +69,7 @@ int list(bool json) {
                         {"expect", b.expect}});
       }
       out.push_back({{"name", s.name}, {"description", s.description},
-                     {"timeout_ms", s.timeout_ms}, {"bug_points", bugs}, {"fault_space", s.fault_space}});
+                     {"timeout_ms", declared_timeout_ms(s, on_cuda)}, {"bug_points", bugs}, {"fault_space", s.fault_space}});
     }
     std::printf("%s\n", out.dump(2).c_str());
     return 0;

@@ -55,6 +55,9 @@ struct scenario {
   std::string name;         ///< "family/name"
   std::string description;  ///< one line: the bug class and where it came from
   int timeout_ms = 20000;   ///< default outer timeout per run
+  /// The outer timeout on the cuda backend where it must differ (0: timeout_ms): `list` declares
+  /// it when the process would select cuda, so `run`, `verify` and `soak` use the right one.
+  int cuda_timeout_ms = 0;
   std::function<void(context&)> run;
   std::vector<bug_variant> bug_points;
   /// The faults the clean implementation must survive, from which `faultline soak` draws a spec
