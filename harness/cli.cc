@@ -69,6 +69,8 @@ with --shard i/n, else a scheduler's variables: GTEST_SHARD_INDEX of GTEST_TOTAL
 Indexed Job's JOB_COMPLETION_INDEX of FAULTLINE_SHARD_COUNT (set it to the Job's completions); a Slurm
 array's (SLURM_ARRAY_TASK_ID - _MIN) / _STEP of SLURM_ARRAY_TASK_COUNT.
 
+`faultline soak` runs the scenarios for a time budget, each run with a fault spec drawn from its
+scenario's fault space, and can be killed and resumed at any moment (see its --help).
 `faultline report` writes JUnit XML, Markdown and HTML reports of results (shards merged);
 `faultline gate` fails on a statistically significant regression against a baseline.
 
