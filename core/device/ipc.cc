@@ -343,4 +343,16 @@ status launch_host_sleep(backend& dev, stream s, std::chrono::milliseconds durat
   return detail::cuda_launch_host_func(s, fn, arg);
 }
 
+status launch_host_gate(backend& dev, stream s, host_gate* gate) noexcept {
+  if (gate == nullptr || gate->bound.count() < 0) return invalid("ipc: launch_host_gate needs a gate with a non-negative bound");
+  void (*fn)(void*) = [](void* arg) {
+    auto* g = static_cast<host_gate*>(arg);
+    const auto until = std::chrono::steady_clock::now() + g->bound;
+    while (!g->open.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  };
+  if (dev.kind() == backend_kind::sim) return sim_launch_host_func(s, fn, gate);
+  return detail::cuda_launch_host_func(s, fn, gate);
+}
+
 }  // namespace faultline::core::device::ipc

@@ -68,6 +68,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -238,5 +239,18 @@ result<std::unique_ptr<mapping>> open_import(backend& dev, const handle& h) noex
 /// long kernel (sim_launch_host_func on the sim, cudaLaunchHostFunc on cuda). Lets a test hold a
 /// stream busy so that reading before synchronising is observable. Errors: the backend's.
 status launch_host_sleep(backend& dev, stream s, std::chrono::milliseconds duration) noexcept;
+
+/// A gate for launch_host_gate: work on a stream that lasts until someone opens it.
+struct host_gate {
+  std::atomic<bool> open{false};
+  std::chrono::milliseconds bound{0};  ///< the work ends after this long even if never opened
+};
+
+/// Queues on `s` a host function that waits until `gate->open` or `gate->bound` has passed: a
+/// long kernel whose end the caller decides (e.g. "once the reader has looked"), so that a read
+/// made before synchronising is seen early on every run, however slowly the reader started.
+/// `gate` must outlive the stream's work (synchronise the stream before destroying it).
+/// Errors: the backend's; invalid_argument for a null gate or a negative bound.
+status launch_host_gate(backend& dev, stream s, host_gate* gate) noexcept;
 
 }  // namespace faultline::core::device::ipc

@@ -377,6 +377,28 @@ TEST_P(ipc, export_waits_for_the_ready_event) {
   EXPECT_TRUE(dev_->destroy_stream(*s));
 }
 
+TEST_P(ipc, gated_work_holds_the_stream_until_its_gate_opens) {
+  auto s = dev_->create_stream();
+  auto e = dev_->create_event();
+  ASSERT_TRUE(s && e);
+  host_gate gate;
+  gate.bound = 600s;  // never reached: the test opens it
+  ASSERT_TRUE(launch_host_gate(*dev_, *s, &gate));
+  ASSERT_TRUE(dev_->fill_async(buffer_, 0xcd, 4096, *s));
+  ASSERT_TRUE(dev_->record_event(*e, *s));
+  std::this_thread::sleep_for(50ms);
+  std::vector<unsigned char> seen(4096);
+  ASSERT_TRUE(to_host(*dev_, seen.data(), buffer_, seen.size()));
+  EXPECT_NE(seen[0], 0xcd) << "the work behind a closed gate ran";
+  gate.open.store(true);
+  ASSERT_TRUE(dev_->synchronize_event(*e));
+  ASSERT_TRUE(to_host(*dev_, seen.data(), buffer_, seen.size()));
+  EXPECT_EQ(seen, std::vector<unsigned char>(4096, 0xcd));
+  EXPECT_EQ(launch_host_gate(*dev_, *s, nullptr).code(), errc::invalid_argument);
+  EXPECT_TRUE(dev_->destroy_event(*e));
+  EXPECT_TRUE(dev_->destroy_stream(*s));
+}
+
 TEST_P(ipc, a_dropped_event_wait_exports_stale_bytes) {
   if (!faults_compiled_in) GTEST_SKIP() << "fault points are compiled out";
   auto s = dev_->create_stream();

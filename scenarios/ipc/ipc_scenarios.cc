@@ -24,7 +24,7 @@
 // holds its import until released. The parent reads the reports through the device. Faults are
 // process-level: a child's start delayed (the spawn-delay injector, a `delay` at the fault point
 // ipc/child/start in that child's own spec), a child SIGKILLed while it holds its import (`kill`
-// at ipc/child/holding), a stream kept busy (core::device::ipc::launch_host_sleep).
+// at ipc/child/holding), a stream kept busy (core::device::ipc::launch_host_gate).
 // Two children per parent are enough for one to fail and one to hold an import; each process
 // alive at a hang costs the harness a debugger attach when it captures the stacks.
 //
@@ -590,7 +590,8 @@ int importer_worker(const std::vector<std::string>& args, rng& random) {
 // ipc/relay BUSY_MS CHAIN_TIMEOUT_MS EXPECTED_SUM: B of A -> B -> C. Imports A's buffer (handle
 // on stdin); draws its own payload for C and starts C (ipc/importer, index 1, told that payload's
 // checksum) at once, so C is up when its handle comes; writes the payload at payload_b with a
-// device copy on a stream kept busy for BUSY_MS first (a long kernel), re-exports the buffer with
+// device copy on a stream kept busy first (a long kernel that ends once C has reported, or after
+// BUSY_MS), re-exports the buffer with
 // the copy's event as `ready`, and sends C the handle. Then it runs the fixed protocol on C
 // (report within CHAIN_TIMEOUT_MS, release, join; kill on failure), writes its own report (index
 // 0: A's payload checked; verdict downstream when C failed), holds its import until A releases
@@ -612,12 +613,18 @@ int relay_worker(const std::vector<std::string>& args, rng& random) {
     return rc_setup;
   }
   // The "kernel": a device-to-device copy from this process's own scratch memory, queued behind
-  // BUSY_MS of other work on its stream.
+  // other work on its stream that lasts until C has reported (or BUSY_MS). A fixed length would
+  // let a slowly starting C read after the copy landed (on the H100 at --jobs 12, C's CUDA start
+  // outlasted 1.5 s in 6 of 65 runs and the bug escaped): gated, a C given the handle before the
+  // copy landed reads the old bytes on every run, and the fix, which waits for the copy before
+  // exporting, waits BUSY_MS.
+  ipc::host_gate gate;
+  gate.bound = busy;
   auto scratch = d->allocate(payload_bytes);
   auto s = d->create_stream();
   auto e = d->create_event();
   if (!scratch || !s || !e || !write_device(*d, *scratch, mine.data(), payload_bytes) ||
-      !ipc::launch_host_sleep(*d, *s, busy) ||
+      !ipc::launch_host_gate(*d, *s, &gate) ||
       !d->copy_async(at(m->data(), payload_b), *scratch, payload_bytes, *s) || !d->record_event(*e, *s)) {
     std::fprintf(stderr, "[ipc/relay] could not queue the write of its payload\n");
     return rc_setup;
@@ -630,6 +637,7 @@ int relay_worker(const std::vector<std::string>& args, rng& random) {
       return read_report(*d, m->data(), index, rep).is_ok() && rep.magic == report_magic;
     };
     st = kids.wait_reported(reported, chain_timeout);
+    gate.open.store(true, std::memory_order_release);
     if (st) {
       kids.release();
       st = kids.join(chain_timeout);
@@ -640,6 +648,7 @@ int relay_worker(const std::vector<std::string>& args, rng& random) {
     std::fprintf(stderr, "[ipc/relay] its child failed: %s\n", st.to_string().c_str());
   }
   const int c_status = kids.children()[0].end_status;
+  gate.open.store(true, std::memory_order_release);
   (void)d->synchronize_stream(*s);
   (void)d->destroy_event(*e);
   (void)d->destroy_stream(*s);
@@ -771,7 +780,8 @@ void child_killed_holding_import(context& ctx) {
 //   with the copy's event as ready, and hands C the handle; C (ipc/importer) imports it,
 //   checks B's payload, writes its block and report into A's buffer. Each parent runs the fixed
 //   protocol on its child; A's join timeout covers the whole chain.
-// Faults: the busy stream (launch_host_sleep), which makes an unsynchronised read observable.
+// Faults: the busy stream (launch_host_gate: busy until C has reported, at most the busy time),
+//   which makes an unsynchronised read observable on every run.
 // Invariants: C read exactly B's payload (importer-read-the-exported-bytes), B read A's
 //   (relay-read-the-exported-bytes); both reported and wrote their blocks into A's buffer, which A
 //   reads back (exporter-reads-the-importers-bytes); B's and C's imports counted in A's registry
