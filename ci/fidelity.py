@@ -1,32 +1,53 @@
 #!/usr/bin/env python3
 """The fidelity benchmark: does faultline measure a failure at the rate it happens without it?
 
-Runs timing-sensitive programs bare (as a shell would) and under `faultline exec`, interleaved
-round by round so that both see the same machine, at equal parallelism (--jobs J runs J bare
-copies at once against `faultline exec --jobs J`), and prints each mode's failure rate with its
-95% Wilson interval, and whether the harness's rate lies inside the bare rate's interval.
+Runs timing-sensitive programs bare (as a user's shell or CI runner would) and under
+`faultline exec`, interleaved round by round in a shuffled order so that every mode sees the same
+machine, at equal parallelism (--jobs J runs J bare copies at once against `faultline exec --jobs
+J`), and prints each mode's failure rate with its 95% Wilson interval, and whether each harness
+mode's rate lies inside the reference's interval.
 
-Modes (--modes, comma-separated):
-  bare        the program alone, J copies at once
+Where a program's output goes changes how often an exit race crashes (a program that writes at
+exit keeps its other threads running for as long as the write takes: an H100 exit race crashed in
+51/60 runs through a pipe, 50/60 into /dev/null and 28/60 into a regular file). CTest, pytest
+and CI runners read the output through a pipe, so that is the reference:
+
+Modes (--modes, comma-separated; default bare-pipe,bare-null,bare-file,default,amplified):
+  bare-pipe   the program alone, stdout and stderr into one pipe that the benchmark drains at
+              once, as `prog 2>&1 | cat` does: the reference (--reference)
+  bare-null   the program alone, output to /dev/null (`bare` is accepted for it)
+  bare-file   the program alone, output to a regular file (truncated per run, `prog >log 2>&1`)
   default     faultline exec (agent preloaded, default crash capture)
   no-preload  faultline exec --no-preload
   inside      faultline exec with the in-process crash report (FAULTLINE_AGENT_CRASH=report,
               what --crash-capture inside selects)
-  amplified   faultline exec --faults 'exit/end=delay(100ms)' (the exit-race amplifier)
+  amplified   faultline exec --faults 'exit/end=delay(100ms)' (the exit-race amplifier; never
+              judged: it exists to change the rate)
   no-cores    faultline exec --crash-capture none (no core dumps)
+Each harness mode but amplified is faithful when its rate lies inside the reference's interval;
+the exit status is 1 when one is not. The other bare modes are shown against the reference in
+parentheses, for information: they say how much the destination alone moves the rate here.
 
   ci/fidelity.py --build build --runs 300 --jobs 1                       # the CPU exit races
   ci/fidelity.py --build build --runs 30 --program 'fl_cuda_exit_race'   # a program of yours
   ci/fidelity.py ... --json out.json                                     # the table as JSON
 
-A program is a command line; a bare name is looked up in BUILD/bin. Failure = any exit status
-but 0 (bare) or any outcome but pass (faultline). Standard library only.
+A program is a command line; a bare name is looked up in BUILD/bin (then in PATH). Every run, bare
+or not, starts in the same scratch directory: a `core` folder where you stand (the source tree has
+one) would turn faultline's default crash capture off. The default programs are the CPU exit races
+of harness/testdata/race, some of them writing at exit (--exit-stderr, --exit-printf,
+--exit-flood), and one fixed (--drain). Failure = any exit status but 0 (bare; a run past
+--timeout is killed and fails) or any outcome but pass (faultline). The JSON has
+{"jobs", "reference", "modes", "rows": [{"program", "mode", "jobs", "failures", "runs", "rate",
+"lower95", "upper95", "inside_reference_interval"}]} (the interval field is null for the reference
+and amplified). Standard library only.
 """
 import argparse
 import json
 import math
 import random
 import os
+import selectors
 import shlex
 import subprocess
 import sys
@@ -37,9 +58,17 @@ DEFAULT_PROGRAMS = [
     "fl_race_static_dtor",
     "fl_race_atexit",
     "fl_race_shlib_dtor",
-    "fl_race_static_dtor --drain",
+    "fl_race_static_dtor --exit-stderr",  # the destructor's log line, as the H100 program's
+    "fl_race_static_dtor --exit-printf",  # a last line that exit() flushes inside the window
+    "fl_race_atexit --exit-flood",        # 1 MiB at exit: the reader must drain as it comes
+    "fl_race_static_dtor --drain",        # fixed: never fails
 ]
 AMPLIFIER = "exit/end=delay(100ms)"
+BARE_MODES = ("bare-pipe", "bare-null", "bare-file")
+HARNESS_EXTRAS = {"default": [], "no-preload": ["--no-preload"],
+                  "inside": ["--env", "FAULTLINE_AGENT_CRASH=report"],
+                  "amplified": ["--faults", AMPLIFIER], "no-cores": ["--crash-capture", "none"]}
+ALIASES = {"bare": "bare-null"}  # what `bare` meant before the destinations were told apart
 
 
 def wilson(k, n, z=1.959963984540054):
@@ -58,34 +87,62 @@ def wilson(k, n, z=1.959963984540054):
 
 
 def resolve(build, program):
+    """The program's argv, argv[0] made absolute (the runs start in a scratch directory)."""
     argv = shlex.split(program)
-    if "/" not in argv[0]:
-        candidate = os.path.join(build, "bin", argv[0])
-        if os.path.exists(candidate):
-            argv[0] = candidate
+    if "/" in argv[0]:
+        argv[0] = os.path.abspath(argv[0])
+    elif os.path.exists(os.path.join(build, "bin", argv[0])):
+        argv[0] = os.path.abspath(os.path.join(build, "bin", argv[0]))
     return argv
 
 
-def run_bare(argv, jobs, timeout):
+def drain(pipes, deadline):
+    """Reads every pipe to its end (or until the deadline) as the data comes, like one `cat` each:
+    a program never waits on a full pipe. The data is dropped."""
+    with selectors.DefaultSelector() as sel:
+        for f in pipes:
+            sel.register(f, selectors.EVENT_READ)
+        while sel.get_map() and time.monotonic() < deadline:
+            for key, _ in sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                if not os.read(key.fd, 1 << 16):
+                    sel.unregister(key.fileobj)
+
+
+def run_bare(argv, jobs, timeout, mode, workdir, cwd):
+    """J copies at once, output where `mode` says; returns (failures, runs)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAULTLINE_")}
-    procs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-             for _ in range(jobs)]
+    procs = []
+    for i in range(jobs):
+        if mode == "bare-pipe":
+            out = subprocess.PIPE
+        elif mode == "bare-null":
+            out = subprocess.DEVNULL
+        else:  # bare-file: `prog >log 2>&1`, one file per copy, truncated per run
+            out = open(os.path.join(workdir, f"bare-file.{i}.log"), "wb")
+        procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd))
+        if mode == "bare-file":
+            out.close()  # the child holds it now
+    deadline = time.monotonic() + timeout
+    if mode == "bare-pipe":
+        drain([p.stdout for p in procs], deadline)
     failures = 0
     for p in procs:
         try:
-            rc = p.wait(timeout=timeout)
+            rc = p.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             p.kill()
             rc = p.wait()
+        if p.stdout is not None:
+            p.stdout.close()
         failures += rc != 0
     return failures, jobs
 
 
-def run_faultline(faultline, argv, jobs, timeout, seed, extra, workdir):
+def run_faultline(faultline, argv, jobs, timeout, seed, extra, workdir, cwd):
     out = os.path.join(workdir, "out")
     cmd = [faultline, "exec", "--repeat", str(jobs), "--jobs", str(jobs), "--seed", str(seed),
            "--timeout", f"{timeout}s", "--out", out, "--json"] + extra + ["--"] + argv
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=cwd)
     if r.returncode not in (0, 1):
         sys.exit(f"fidelity: faultline failed ({r.returncode}): {shlex.join(cmd)}")
     summary = json.loads(r.stdout.strip().splitlines()[-1])
@@ -100,25 +157,35 @@ def main():
     ap.add_argument("--runs", type=int, default=100, help="runs per program and mode")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once, bare and under faultline")
     ap.add_argument("--program", action="append", help="command line to measure (repeatable)")
-    ap.add_argument("--modes", default="bare,default,amplified",
-                    help="comma-separated: bare, default, no-preload, inside, amplified, no-cores")
+    ap.add_argument("--modes", default="bare-pipe,bare-null,bare-file,default,amplified",
+                    help="comma-separated: " + ", ".join(BARE_MODES + tuple(HARNESS_EXTRAS)) + " (bare = bare-null)")
+    ap.add_argument("--reference", default="bare-pipe", choices=BARE_MODES,
+                    help="the bare mode whose interval the harness modes are judged by")
     ap.add_argument("--timeout", type=int, default=60, help="seconds per run")
     ap.add_argument("--json", help="write the table as JSON here")
     a = ap.parse_args()
     if a.runs < 1 or a.jobs < 1:
         ap.error("--runs and --jobs must be at least 1")
-    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    known = {"bare", "default", "no-preload", "inside", "amplified", "no-cores"}
+    modes = []
+    for m in a.modes.split(","):
+        m = ALIASES.get(m.strip(), m.strip())
+        if m and m not in modes:
+            modes.append(m)
+    known = set(BARE_MODES) | set(HARNESS_EXTRAS)
     if not modes or set(modes) - known:
-        ap.error(f"--modes: expected some of {', '.join(sorted(known))}")
-    faultline = os.path.join(a.build, "bin", "faultline")
+        ap.error(f"--modes: expected some of {', '.join(sorted(known | set(ALIASES)))}")
+    if a.reference not in modes:
+        print(f"fidelity: {a.reference} (the reference) is not measured: no verdicts", file=sys.stderr)
+    faultline = os.path.abspath(os.path.join(a.build, "bin", "faultline"))
     if not os.access(faultline, os.X_OK):
         ap.error(f"{faultline} not found: build first (bash ci/setup.sh)")
-    extras = {"default": [], "no-preload": ["--no-preload"], "inside": ["--env", "FAULTLINE_AGENT_CRASH=report"],
-              "amplified": ["--faults", AMPLIFIER], "no-cores": ["--crash-capture", "none"]}
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="faultline-fidelity-") as work:
+        # Every run starts here: a `core` folder where the benchmark was started (the source tree
+        # has one) would turn faultline's default crash capture off.
+        cwd = os.path.join(work, "cwd")
+        os.mkdir(cwd)
         for program in a.program or DEFAULT_PROGRAMS:
             argv = resolve(a.build, program)
             counts = {m: [0, 0] for m in modes}
@@ -129,32 +196,37 @@ def main():
             for r in range(rounds):  # interleaved: every mode once per round, in a shuffled order
                 shuffle.shuffle(order)
                 for m in order:
-                    if m == "bare":
-                        k, n = run_bare(argv, a.jobs, a.timeout)
+                    if m in BARE_MODES:
+                        k, n = run_bare(argv, a.jobs, a.timeout, m, work, cwd)
                     else:
-                        k, n = run_faultline(faultline, argv, a.jobs, a.timeout, r + 1, extras[m], work)
+                        k, n = run_faultline(faultline, argv, a.jobs, a.timeout, r + 1, HARNESS_EXTRAS[m], work, cwd)
                     counts[m][0] += k
                     counts[m][1] += n
                 if sys.stderr.isatty():
                     print(f"\r{program}: round {r + 1}/{rounds}", end="", file=sys.stderr, flush=True)
             print(f"\r{program}: {rounds} rounds in {time.time() - started:.0f} s" + " " * 20, file=sys.stderr)
-            bare_ci = wilson(*counts["bare"]) if "bare" in counts else None
+            ref_ci = wilson(*counts[a.reference]) if a.reference in counts else None
             for m in modes:
                 k, n = counts[m]
                 lo, hi = wilson(k, n)
-                inside = None if bare_ci is None or m in ("bare", "amplified") else (bare_ci[0] <= k / n <= bare_ci[1])
+                judged = ref_ci is not None and m not in (a.reference, "amplified")
+                inside = (ref_ci[0] <= k / n <= ref_ci[1]) if judged else None
                 rows.append({"program": program, "mode": m, "jobs": a.jobs, "failures": k, "runs": n,
-                             "rate": k / n, "lower95": lo, "upper95": hi, "inside_bare_interval": inside})
+                             "rate": k / n, "lower95": lo, "upper95": hi, "inside_reference_interval": inside})
 
-    print(f"\n{'program':34} {'mode':11} {'failures':>10} {'rate':>7}   95% CI           faithful")
+    w = max([len("program")] + [len(r["program"]) for r in rows])
+    print(f"\n{'program':{w}} {'mode':11} {'failures':>10} {'rate':>7}   95% CI           faithful (vs {a.reference})")
     for row in rows:
-        verdict = {None: "", True: "yes", False: "NO"}[row["inside_bare_interval"]]
-        print(f"{row['program'][:34]:34} {row['mode']:11} {row['failures']:>4}/{row['runs']:<5} "
+        verdict = {None: "", True: "yes", False: "NO"}[row["inside_reference_interval"]]
+        if verdict and row["mode"] in BARE_MODES:
+            verdict = {"yes": "(inside)", "NO": "(outside)"}[verdict]  # information, not a verdict
+        print(f"{row['program']:{w}} {row['mode']:11} {row['failures']:>4}/{row['runs']:<5} "
               f"{100 * row['rate']:6.1f}%   {100 * row['lower95']:5.1f}% - {100 * row['upper95']:5.1f}%   {verdict}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"jobs": a.jobs, "rows": rows}, f, indent=1)
-    return 1 if any(r["inside_bare_interval"] is False for r in rows) else 0
+            json.dump({"jobs": a.jobs, "reference": a.reference, "modes": modes, "rows": rows}, f, indent=1)
+    unfaithful = [r for r in rows if r["mode"] not in BARE_MODES and r["inside_reference_interval"] is False]
+    return 1 if unfaithful else 0
 
 
 if __name__ == "__main__":

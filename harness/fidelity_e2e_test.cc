@@ -4,15 +4,26 @@
 // they crash in some fraction of runs; with exit/end=delay(100ms) the process stays alive in its
 // torn-down state and every run must crash, while the fixed program (--drain) never may. The
 // crash report of a program built without debug information must name the worker's function.
+// What the races write at exit (--exit-stderr, --exit-printf, --exit-flood) must reach the run's
+// log byte for byte: all of it when the run passes, everything written before the crash when it
+// crashes; a MiB written at exit must not hold the run up. And ci/fidelity.py, which measures
+// these programs, must run end to end and count what it sees.
 // Rates here are counts of outcomes under a deterministic injector, not timings.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "harness/core_dump.h"
+#include "harness/results.h"
 #include "harness/tests/e2e_util.h"
 
 namespace faultline::harness {
@@ -23,6 +34,8 @@ using testing::run_faultline;
 using testing::scratch_dir;
 
 constexpr const char* amplifier = "exit/end=delay(100ms)";
+
+namespace fs = std::filesystem;
 
 nlohmann::json exec_summary(const scratch_dir& dir, int runs, const std::vector<std::string>& cmd,
                             const std::vector<std::string>& options, int jobs = 2) {
@@ -73,6 +86,133 @@ TEST(crash_capture, a_signature_names_the_workers_function_without_debug_info) {
   ASSERT_FALSE(s["signatures"].empty()) << s.dump(1);
   EXPECT_NE(s["signatures"][0]["signature"].get<std::string>().find("race_worker_touch"), std::string::npos)
       << s.dump(1);
+}
+
+// The exit-time writes of the race programs (race_common.h), through `faultline exec` with the
+// amplifier, every log kept.
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// Every run of `exec_summary(dir, ...)` with `--keep all`: its record and its log's text.
+std::vector<std::pair<run_record, std::string>> runs_with_logs(const scratch_dir& dir) {
+  std::vector<std::pair<run_record, std::string>> out;
+  auto r = read_results(dir.path() / "out" / "results.jsonl");
+  EXPECT_TRUE(r) << r.error().message();
+  if (!r) return out;
+  for (const auto& rec : r->records) {
+    EXPECT_FALSE(rec.log.empty()) << rec.run_id << ": --keep all keeps every log";
+    out.emplace_back(rec, rec.log.empty() ? std::string() : slurp(dir.path() / "out" / rec.log));
+  }
+  return out;
+}
+
+const std::string flood_line = "fl_race: exit flood, 64-byte lines to stdout, 1 MiB in all.....\n";
+constexpr std::size_t flood_lines = (std::size_t{1} << 20) / 64;
+
+struct exit_writer {
+  const char* program;
+  const char* who;  // how race_common.h's release_at_exit names the exit-time code
+};
+
+void PrintTo(const exit_writer& w, std::ostream* os) { *os << w.program; }
+
+class exit_output_test : public ::testing::TestWithParam<exit_writer> {};
+
+TEST_P(exit_output_test, a_crashed_runs_log_keeps_everything_written_before_the_crash) {
+  // The flood (1 MiB to stdout) is written and flushed before the exit-time code releases the
+  // buffer, so every byte precedes the crash; a harness that did not drain the output as it came
+  // would make these runs hang. --exit-stderr's line follows the release: the worker may crash
+  // the process before it is written, so it may be missing, never repeated.
+  scratch_dir dir;
+  auto s = exec_summary(dir, 10, {program(GetParam().program).string(), "--exit-flood", "--exit-stderr"},
+                        {"--faults", amplifier, "--keep", "all"});
+  EXPECT_GE(s["outcomes"].value("crash", 0), 9) << s.dump(1);
+  EXPECT_EQ(s["outcomes"].value("hang", 0), 0) << s.dump(1);
+  const std::string line = std::string("fl_race: ") + GetParam().who + " released the worker's buffer\n";
+  auto runs = runs_with_logs(dir);
+  EXPECT_EQ(runs.size(), 10u);
+  for (const auto& [rec, log] : runs) {
+    EXPECT_EQ(count_of(log, "work done\n"), 1u) << rec.run_id << " (" << to_string(rec.result) << ")";
+    EXPECT_EQ(count_of(log, flood_line), flood_lines) << rec.run_id << ": " << log.size() << " bytes";
+    EXPECT_LE(count_of(log, line), 1u) << rec.run_id;
+  }
+}
+
+TEST_P(exit_output_test, the_fixed_program_writes_every_exit_line_into_its_log) {
+  // --drain: nothing crashes, so the exit-time code's line is written and exit() reaches stdio's
+  // last flush, which writes --exit-printf's line (left in the buffer when main returned) after
+  // "work done" (both on stdout; where stderr's line falls among them is not asserted).
+  scratch_dir dir;
+  auto s = exec_summary(dir, 10, {program(GetParam().program).string(), "--drain", "--exit-printf", "--exit-stderr"},
+                        {"--faults", amplifier, "--keep", "all"});
+  EXPECT_EQ(s["outcomes"].value("pass", 0), 10) << s.dump(1);
+  const std::string line = std::string("fl_race: ") + GetParam().who + " released the worker's buffer\n";
+  auto runs = runs_with_logs(dir);
+  EXPECT_EQ(runs.size(), 10u);
+  for (const auto& [rec, log] : runs) {
+    const auto done = log.find("work done\n");
+    const auto last = log.find("fl_race: main returns; exit() flushes this line\n");
+    ASSERT_NE(done, std::string::npos) << rec.run_id << ":\n" << log;
+    ASSERT_NE(last, std::string::npos) << rec.run_id << ":\n" << log;
+    EXPECT_LT(done, last) << rec.run_id << ":\n" << log;
+    EXPECT_EQ(count_of(log, line), 1u) << rec.run_id << ":\n" << log;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(cpu_exit_races, exit_output_test,
+                         ::testing::Values(exit_writer{"fl_race_static_dtor", "static destructor"},
+                                           exit_writer{"fl_race_atexit", "atexit handler"},
+                                           exit_writer{"fl_race_shlib_dtor", "library destructor"}),
+                         [](const auto& p) { return std::string(p.param.program); });
+
+// ci/fidelity.py end to end, small: one round of two programs (one that always fails, one that
+// never does) in every bare destination and two harness modes. It needs python3 and the source
+// tree (found from this file's path, absolute under the project's generators).
+TEST(fidelity_benchmark, runs_end_to_end_and_counts_failures_in_every_mode) {
+  const fs::path script = fs::path(__FILE__).parent_path().parent_path() / "ci" / "fidelity.py";
+  if (!fs::exists(script)) GTEST_SKIP() << script << " not found (the source tree is elsewhere)";
+  if (std::system("python3 -c pass >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
+  scratch_dir dir;
+  const fs::path json = dir.path() / "fidelity.json";
+  auto quoted = [](const std::string& s) { return "'" + s + "'"; };
+  const std::string cmd = "timeout 120 python3 " + quoted(script.string()) + " --build " +
+                          quoted(testing::bin_dir().parent_path().string()) +
+                          " --runs 2 --jobs 2 --timeout 20 --modes bare-pipe,bare,bare-file,default,amplified"
+                          " --program false --program 'fl_race_static_dtor --drain --exit-flood' --json " +
+                          quoted(json.string()) + " 2>&1";
+  std::string output;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char chunk[4096];
+  for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, p)) > 0;) output.append(chunk, n);
+  const int status = ::pclose(p);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << output;
+
+  auto j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j["reference"], "bare-pipe");
+  // `bare` is recorded as what it means now: bare-null.
+  EXPECT_EQ(j["modes"], nlohmann::json({"bare-pipe", "bare-null", "bare-file", "default", "amplified"}));
+  ASSERT_EQ(j["rows"].size(), 10u) << j.dump(1);
+  for (const auto& row : j["rows"]) {
+    const bool fails = row["program"] == "false";
+    EXPECT_EQ(row["runs"], 2) << row.dump();
+    EXPECT_EQ(row["failures"], fails ? 2 : 0) << row.dump();
+    if (row["mode"] == "default") {
+      EXPECT_EQ(row["inside_reference_interval"], true) << row.dump();
+    }
+    if (row["mode"] == "bare-pipe" || row["mode"] == "amplified") {
+      EXPECT_TRUE(row["inside_reference_interval"].is_null()) << row.dump();
+    }
+  }
 }
 
 }  // namespace

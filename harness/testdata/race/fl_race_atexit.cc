@@ -8,17 +8,17 @@ FL_RACE_DEFINE_WORKER()
 namespace {
 
 std::atomic<volatile char*> buffer{nullptr};
+fl_race::options options;
 
-void release_buffer() { fl_race::unmap_buffer(buffer.load()); }
+void release_buffer() { fl_race::release_at_exit(buffer, options, "atexit handler"); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  fl_race::options o;
-  if (!fl_race::parse(argc, argv, o)) return fl_race::usage("fl_race_atexit");
+  if (!fl_race::parse(argc, argv, options)) return fl_race::usage("fl_race_atexit");
   buffer.store(fl_race::map_buffer());
   std::atexit(release_buffer);
-  static fl_race::worker_state s{&buffer, o.period_us};
+  static fl_race::worker_state s{&buffer, options.period_us};
   fl_race::start_worker(s);
-  return fl_race::finish(s, o);
+  return fl_race::finish(s, options);
 }

@@ -4,12 +4,14 @@
 #include "race_common.h"
 
 extern "C" std::atomic<volatile char*>* fl_race_shlib_buffer();
+extern "C" fl_race::options* fl_race_shlib_options();
 
 FL_RACE_DEFINE_WORKER()
 
 int main(int argc, char** argv) {
   fl_race::options o;
   if (!fl_race::parse(argc, argv, o)) return fl_race::usage("fl_race_shlib_dtor");
+  *fl_race_shlib_options() = o;  // the library's destructor does the exit-time writes
   static fl_race::worker_state s{fl_race_shlib_buffer(), o.period_us};
   fl_race::start_worker(s);
   return fl_race::finish(s, o);

@@ -8,10 +8,11 @@ FL_RACE_DEFINE_WORKER()
 namespace {
 
 std::atomic<volatile char*> buffer{nullptr};
+fl_race::options options;  // main's; read by the destructor (trivially destructible)
 
 struct buffer_owner {
   buffer_owner() { buffer.store(fl_race::map_buffer()); }
-  ~buffer_owner() { fl_race::unmap_buffer(buffer.load()); }
+  ~buffer_owner() { fl_race::release_at_exit(buffer, options, "static destructor"); }
 };
 
 buffer_owner owner;  // constructed before main; destroyed by exit()
@@ -19,9 +20,8 @@ buffer_owner owner;  // constructed before main; destroyed by exit()
 }  // namespace
 
 int main(int argc, char** argv) {
-  fl_race::options o;
-  if (!fl_race::parse(argc, argv, o)) return fl_race::usage("fl_race_static_dtor");
-  static fl_race::worker_state s{&buffer, o.period_us};
+  if (!fl_race::parse(argc, argv, options)) return fl_race::usage("fl_race_static_dtor");
+  static fl_race::worker_state s{&buffer, options.period_us};
   fl_race::start_worker(s);
-  return fl_race::finish(s, o);
+  return fl_race::finish(s, options);
 }

@@ -9,6 +9,20 @@
 //   --period-us N  the worker touches the buffer every N us of busy work (default 10)
 //   --work-ms N    main lets the worker run N ms before it returns (default 5)
 //   --drain        the fix: main stops the worker and joins it before returning; never crashes
+//
+// Output at exit, as real programs write it (a last line, a destructor's log line, a final
+// report). Where it goes (a pipe, a regular file, /dev/null) changes how long exit takes, and with
+// it how often the race crashes: the fidelity benchmark runs these against each destination.
+//   --exit-printf  main printf()s one line just before it returns and leaves it in stdio's
+//                  buffer: exit() writes it after every destructor (stdio's last flush), inside
+//                  the window where the buffer is already released. Lost when the process crashes
+//                  first; written at once when stdout is a terminal (line-buffered).
+//   --exit-stderr  the exit-time code writes one line to stderr (fprintf, unbuffered) right after
+//                  it releases the buffer, inside the window, as a destructor that logs what it
+//                  tore down does. Lost when the worker crashes the process first.
+//   --exit-flood   the exit-time code writes 1 MiB to stdout (fwrite, then fflush) before it
+//                  releases the buffer, so every byte precedes any crash: exit waits until a
+//                  reader drains the pipe, and never ends when no one does.
 // Built without debug information and without exported symbols on purpose: a crash report must
 // still name race_worker_touch (from the symbol table).
 #pragma once
@@ -28,10 +42,14 @@ struct options {
   long period_us = 10;
   long work_ms = 5;
   bool drain = false;
+  bool exit_printf = false;
+  bool exit_stderr = false;
+  bool exit_flood = false;
 };
 
 inline int usage(const char* name) {
-  std::fprintf(stderr, "usage: %s [--period-us N] [--work-ms N] [--drain]\n", name);
+  std::fprintf(stderr, "usage: %s [--period-us N] [--work-ms N] [--drain] [--exit-printf] [--exit-stderr] [--exit-flood]\n",
+               name);
   return 64;
 }
 
@@ -46,6 +64,12 @@ inline bool parse(int argc, char** argv, options& o) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--drain") == 0) {
       o.drain = true;
+    } else if (std::strcmp(argv[i], "--exit-printf") == 0) {
+      o.exit_printf = true;
+    } else if (std::strcmp(argv[i], "--exit-stderr") == 0) {
+      o.exit_stderr = true;
+    } else if (std::strcmp(argv[i], "--exit-flood") == 0) {
+      o.exit_flood = true;
     } else if (std::strcmp(argv[i], "--period-us") == 0 && i + 1 < argc) {
       if (!parse_count(argv[++i], o.period_us)) return false;
     } else if (std::strcmp(argv[i], "--work-ms") == 0 && i + 1 < argc) {
@@ -66,6 +90,21 @@ inline volatile char* map_buffer() {
 }
 
 inline void unmap_buffer(volatile char* p) { ::munmap(const_cast<char*>(p), buffer_bytes); }
+
+inline constexpr std::size_t exit_flood_bytes = std::size_t{1} << 20;
+
+/// The exit-time code (`who`: "static destructor", ...): releases the buffer, with --exit-flood's
+/// MiB before and --exit-stderr's line after.
+inline void release_at_exit(std::atomic<volatile char*>& buffer, const options& o, const char* who) {
+  if (o.exit_flood) {
+    static const char line[] = "fl_race: exit flood, 64-byte lines to stdout, 1 MiB in all.....\n";
+    static_assert(sizeof(line) - 1 == 64);
+    for (std::size_t n = 0; n < exit_flood_bytes; n += sizeof(line) - 1) std::fwrite(line, 1, sizeof(line) - 1, stdout);
+    std::fflush(stdout);
+  }
+  unmap_buffer(buffer.load());
+  if (o.exit_stderr) std::fprintf(stderr, "fl_race: %s released the worker's buffer\n", who);
+}
 
 inline long now_ns() {
   timespec ts{};
@@ -104,6 +143,7 @@ inline int finish(worker_state& s, const options& o) {
   }
   std::printf("work done\n");
   std::fflush(stdout);
+  if (o.exit_printf) std::printf("fl_race: main returns; exit() flushes this line\n");  // left buffered
   return 0;
 }
 

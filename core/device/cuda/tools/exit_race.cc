@@ -19,9 +19,13 @@
 // --drain is the real fix: main stops the thread and joins it before returning; it must never
 // crash, not even with the exit amplifier (faultline exec --faults 'exit/end=delay(100ms)').
 //
-// Usage: fl_cuda_exit_race [--guard] [--drain] [--settle-ms N] [--pause-us N]
+// Usage: fl_cuda_exit_race [--guard] [--drain] [--settle-ms N] [--pause-us N] [--exit-printf]
 //   --settle-ms N  sleep N ms after the loop has started before returning (default 20)
 //   --pause-us N   sleep N us between the thread's cudaMalloc/cudaFree pairs (default 0)
+//   --exit-printf  printf one more line just before returning and leave it in stdio's buffer:
+//                  exit() writes it after the destructors and CUDA's teardown (to a pipe or a
+//                  file; a terminal gets it at once), so exit lasts as long as that write takes,
+//                  which depends on where stdout goes. Lost when the process crashes first.
 // Exit status: 0 when the exit survived, SIGSEGV (139 from a shell) when it did not, 2 when
 // no CUDA device answers, 64 on a bad argument.
 #include <cuda_runtime_api.h>
@@ -80,7 +84,7 @@ bool parse_count(const char* text, long& out) {
 }
 
 int usage() {
-  std::fprintf(stderr, "usage: fl_cuda_exit_race [--guard] [--drain] [--settle-ms N] [--pause-us N]\n");
+  std::fprintf(stderr, "usage: fl_cuda_exit_race [--guard] [--drain] [--settle-ms N] [--pause-us N] [--exit-printf]\n");
   return 64;
 }
 
@@ -89,6 +93,7 @@ int usage() {
 int main(int argc, char** argv) {
   bool guard = false;
   bool drain = false;
+  bool exit_printf = false;
   long settle_ms = 20;
   long pause_us = 0;
   for (int i = 1; i < argc; ++i) {
@@ -96,6 +101,8 @@ int main(int argc, char** argv) {
       guard = true;
     } else if (std::strcmp(argv[i], "--drain") == 0) {
       drain = true;
+    } else if (std::strcmp(argv[i], "--exit-printf") == 0) {
+      exit_printf = true;
     } else if (std::strcmp(argv[i], "--settle-ms") == 0 && i + 1 < argc) {
       if (!parse_count(argv[++i], settle_ms)) return usage();
     } else if (std::strcmp(argv[i], "--pause-us") == 0 && i + 1 < argc) {
@@ -136,5 +143,6 @@ int main(int argc, char** argv) {
   }
   std::printf("work done\n");
   std::fflush(stdout);
+  if (exit_printf) std::printf("fl_cuda_exit_race: main returns; exit() flushes this line\n");  // left buffered
   return 0;
 }
