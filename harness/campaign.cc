@@ -74,14 +74,13 @@ std::vector<std::string> read_points(const fs::path& run_dir) {
   return {reached.begin(), reached.end()};
 }
 
-// Removes a run's log and directory. Returns the first error other than "already gone".
+// Removes a run's log (its directory was the thread's working directory, which the next run
+// clears). Returns the error unless the log was already gone.
 std::error_code prune_run(const fs::path& out_dir, const std::string& run_id) {
-  std::error_code first, ec;
+  std::error_code ec;
   fs::remove(out_dir / "logs" / (run_id + ".log"), ec);
-  if (ec && ec != std::errc::no_such_file_or_directory) first = ec;
-  fs::remove_all(out_dir / "runs" / run_id, ec);
-  if (ec && !first && ec != std::errc::no_such_file_or_directory) first = ec;
-  return first;
+  if (ec == std::errc::no_such_file_or_directory) ec.clear();
+  return ec;
 }
 
 // Processes no run could claim (an orphan that cleared its environment while several runs were
@@ -229,6 +228,16 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
                         "jobs " + std::to_string(o.jobs) + ": at most " + std::to_string(max_jobs) + " runs at once");
   if (o.part.count == 0 || o.part.index >= o.part.count) return core::status(core::errc::invalid_argument, "bad shard " + o.part.to_string());
   std::error_code ec;
+  // Before anything in out_dir is read or cleared: one live campaign per directory.
+  std::optional<out_dir_lock> own_lock;
+  if (!o.out_lock) {
+    auto lock = out_dir_lock::acquire(o.out_dir);
+    if (!lock) return lock.error();
+    own_lock.emplace(std::move(*lock));
+  } else if (!fs::equivalent(o.out_lock->dir(), o.out_dir, ec)) {
+    return core::status(core::errc::invalid_argument,
+                        "the lock held is of " + o.out_lock->dir().string() + ", not of " + o.out_dir.string());
+  }
   if (!o.resume) {
     // A new campaign replaces what an earlier one left in out_dir (results appended to another
     // campaign's would be counted together, and a later --resume could not tell them apart).
@@ -355,7 +364,12 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
   bool checkpointing = false;
   auto past_deadline = [&] { return o.deadline && std::chrono::steady_clock::now() >= *o.deadline; };
 
-  auto worker = [&] {
+  // Each thread runs in a working directory of its own, reused from run to run and renamed to
+  // the run's name only when the run keeps its files: a directory created for every run costs
+  // more than a short run itself (measured: 2.3 ms to create a directory and a file in it on
+  // this ext4, 0.1 ms to create a file in a directory that exists).
+  auto worker = [&](unsigned slot) {
+    const fs::path slot_dir = o.out_dir / "runs" / (".slot-" + std::to_string(slot));
     for (;;) {
       std::uint64_t k;
       {
@@ -399,10 +413,11 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
       set_env(rq.env, "FAULTLINE_SEED", std::to_string(seed));
       const std::string faults = faults_of(k, v);
       set_env(rq.env, "FAULTLINE_FAULTS", faults.empty() ? std::nullopt : std::optional<std::string>(faults));
-      rq.run_dir = o.out_dir / "runs" / id;
+      rq.run_dir = slot_dir;
       rq.log_path = o.out_dir / "logs" / (id + ".log");
       rq.timeout = v.timeout;
       rq.grace = o.grace;
+      rq.log_limit_bytes = o.log_limit_bytes;
       rq.stacks = o.stacks;
       rq.crash = o.crash;
       rq.gtest_output = v.gtest_output;
@@ -428,9 +443,20 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
         if (keep) ++kept;
       }
       run_record rec = to_record(rep, v, faults, k, seed, id, v.argv, keep);
-      rec.points_reached = read_points(rq.run_dir);  // before the directory may go
+      rec.points_reached = read_points(rq.run_dir);  // before the directory is reused
+      std::error_code keep_ec;
+      if (keep) {
+        // The record names runs/ID: the working directory becomes it (the next run makes a new one).
+        const fs::path kept = o.out_dir / "runs" / id;
+        fs::remove_all(kept, keep_ec);  // a resumed campaign's run that was in flight
+        fs::rename(slot_dir, kept, keep_ec);
+      }
       auto ws = writer.append(rec);
       // Only a recorded run is pruned: its line is all that is left of it.
+      if (keep_ec) {
+        std::lock_guard lock(mu);
+        warn("cannot keep the files of run " + id + ": " + keep_ec.message());
+      }
       if (!keep && ws) {
         if (auto pe = prune_run(o.out_dir, id); pe) {
           std::lock_guard lock(mu);
@@ -469,7 +495,7 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
   result.jobs = 1;
   for (unsigned j = 1; j < jobs; ++j) {
     try {
-      threads.emplace_back(worker);
+      threads.emplace_back(worker, j);
       ++result.jobs;
     } catch (const std::system_error& e) {
       warn("could start only " + std::to_string(result.jobs) + " of " + std::to_string(jobs) + " runs at once (" + e.what() +
@@ -477,8 +503,9 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
       break;
     }
   }
-  worker();
+  worker(0);
   for (auto& t : threads) t.join();
+  for (unsigned j = 0; j < jobs; ++j) fs::remove_all(o.out_dir / "runs" / (".slot-" + std::to_string(j)), ec);
   progress.finish();
 
   result.interrupted = o.cancel && o.cancel->load();

@@ -23,6 +23,8 @@
 //   OUT/logs/RUN.log, OUT/runs/RUN/   a run's output and files, kept for every run that did
 //                       not pass and, by default, the first keep_passes passes of each variant
 //                       (`keep`); a pruned run's record has no "log" or "stacks"
+//   OUT/.faultline.lock  held (out_lock.h) while the campaign runs: a second campaign in OUT is
+//                       refused, naming the first one's pid
 //
 // Memory does not grow with the number of runs: the summaries are accumulated as runs finish
 // (summary.h) and no record is kept; a resumed campaign keeps one bit per recorded run.
@@ -49,6 +51,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "harness/out_lock.h"
 #include "harness/results.h"
 #include "harness/shard.h"
 #include "harness/runner.h"
@@ -97,6 +100,7 @@ struct campaign_options {
   shard part;                            ///< which runs this process performs
   std::filesystem::path out_dir = "faultline-out";
   std::chrono::milliseconds grace{1'000};
+  std::uint64_t log_limit_bytes = default_log_limit_bytes;  ///< each run's log (output_capture.h)
   stack_options stacks;
   crash_capture crash = crash_capture::automatic;  ///< how crashes in the runs are captured
   std::vector<std::string> env;          ///< base environment of every run
@@ -109,6 +113,10 @@ struct campaign_options {
                                          ///< new campaign replaces the one there)
   /// Called (from the thread that noticed) with each warning as it happens; may be empty.
   std::function<void(const std::string&)> warn;
+  /// The caller's hold of out_dir when it holds the directory beyond this call (run_soak, across
+  /// its state and report writing); null: run_campaign holds it for the call. A second lock of
+  /// the directory in one process would refuse itself.
+  const out_dir_lock* out_lock = nullptr;
 
   // --- what a soak (harness/soak.h) adds to a campaign --------------------------------------
   /// Run k is variant (k / shard count) mod V with seed `seed + k`, instead of variant k mod V
@@ -172,10 +180,11 @@ core::result<std::optional<campaign_manifest>> read_manifest(const std::filesyst
 /// warning, not an error: the campaign goes on with the threads it has (at least the caller's).
 /// A record that cannot be written (a full disk) stops it: no new run starts, the runs in flight
 /// finish unrecorded (a resume performs them again), and the error says how many are recorded.
-/// Errors: invalid_argument for an empty variant list, jobs outside 1..max_jobs, or a resume
-/// into a directory whose campaign had other options (the message names them); corrupt for a
-/// malformed results file or manifest; io_error when the output directory, results file or
-/// manifest cannot be created or written.
+/// Errors: busy when another campaign holds out_dir (the message names its pid), before anything
+/// in it is touched; invalid_argument for an empty variant list, jobs outside 1..max_jobs, an
+/// out_lock of another directory, or a resume into a directory whose campaign had other options
+/// (the message names them); corrupt for a malformed results file or manifest; io_error when the
+/// output directory, results file or manifest cannot be created or written.
 core::result<campaign_result> run_campaign(const campaign_options& o);
 
 }  // namespace faultline::harness

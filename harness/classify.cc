@@ -168,7 +168,7 @@ enum class section_format { unknown, gdb, eu_stack, agent, proc };
 
 section_format format_named(std::string_view method) {
   if (method == "gdb") return section_format::gdb;
-  if (method == "eu-stack") return section_format::eu_stack;
+  if (method == "eu-stack" || method == "libdwfl") return section_format::eu_stack;  // dwfl_stacks.h
   if (method == "agent") return section_format::agent;
   if (method == "proc") return section_format::proc;
   return section_format::unknown;

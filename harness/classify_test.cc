@@ -713,7 +713,7 @@ TEST_F(stopped_process, eu_stack_leaves_it_stopped) {
 
 TEST_F(stopped_process, automatic_capture_never_signals_it) {
   if (!outside_capture_available()) GTEST_SKIP() << "neither gdb nor eu-stack is installed";
-  capture_and_check(stack_method::automatic, gdb_available() ? "gdb" : "eu-stack");
+  capture_and_check(stack_method::automatic, gdb_available() ? "gdb" : eu_stack_program() ? "eu-stack" : "libdwfl");
 }
 
 TEST(capture_stacks_outside, takes_eu_stack_from_the_environment_and_refuses_in_process_methods) {

@@ -51,7 +51,7 @@ constexpr const char* about = R"(faultline - run a program or a reproducer scena
 
 Every run is a fresh process in its own process group under an outer timeout; the harness is a
 subreaper, so nothing the run forks escapes. A run that hangs has the stacks of every process of
-its tree captured (gdb, else the in-process agent, else /proc) before the tree is terminated
+its tree captured (gdb, else eu-stack, else the harness's own libdwfl reader) before the tree is terminated
 (SIGTERM, grace period, SIGKILL) and reaped. Each run is classified as pass, fail, crash, hang,
 leak or error, with a phase (run: during the work; exit: at process exit) and a signature that
 groups failures with the same cause. Every run appends one JSON line to OUT/results.jsonl (an
@@ -107,6 +107,7 @@ struct raw_args {
   std::uint64_t repeat = 1;
   std::string timeout, grace = "1s", seed, out = "faultline-out", shard, faults, stacks = "auto";
   std::uint64_t jobs = 1;
+  std::uint64_t log_limit = default_log_limit_bytes;
   std::string keep = "failures";
   std::string crash = "auto";
   bool json = false, until_fail = false, no_stacks = false, all = false, no_preload = false, resume = false;
@@ -120,6 +121,7 @@ struct settings {
   std::uint64_t repeat = 1;
   std::optional<std::chrono::milliseconds> timeout;
   std::chrono::milliseconds grace{1000};
+  std::uint64_t log_limit = default_log_limit_bytes;
   unsigned jobs = 1;
   std::uint64_t seed = 0;
   fs::path out;
@@ -144,6 +146,15 @@ struct usage_error {
   std::string message;
 };
 
+// A run's output reaches its log through a pipe (output_capture.h); past the limit the log keeps
+// its head and tail.
+void add_log_limit(CLI::App* sub, std::uint64_t& limit) {
+  sub->add_option("--log-limit", limit,
+                  "bound on each run's log, e.g. 512KiB, 16MiB, 0 for none (default 4MiB): past it the log keeps "
+                  "its first and last halves and says how much was dropped between them")
+      ->transform(CLI::AsSizeValue(false));
+}
+
 void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
   a.repeat_opt = sub->add_option("--repeat,-n", a.repeat, "runs of each scenario or command (default 1; verify: 50; with --until-fail: 10000)")
                      ->check(positive_count);
@@ -157,11 +168,12 @@ void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
   sub->add_option("--env", a.env, "set K=V in every run's environment (repeatable)")->allow_extra_args(false);
   a.target_opt = sub->add_option("--target-rate", a.target_rate, "report the runs still needed to claim a failure rate <= P at 95%");
   sub->add_flag("--no-stacks", a.no_stacks, "do not capture stacks of hung runs");
-  sub->add_option("--stacks", a.stacks, "stack capture: auto (gdb, else eu-stack, else agent, else /proc), gdb, eu-stack, agent, proc, none");
+  sub->add_option("--stacks", a.stacks, "stack capture: auto (gdb, else eu-stack, else libdwfl in the harness, else agent, else /proc), gdb, eu-stack, libdwfl, agent, proc, none");
   sub->add_option("--grace", a.grace, "time between SIGTERM and SIGKILL when ending a run (default 1s)");
+  add_log_limit(sub, a.log_limit);
   sub->add_option("--crash-capture", a.crash,
                   "how a crash is captured: auto (default: every thread's stack from the kernel's core dump where "
-                  "gdb can read one, else the signal and phase only; neither changes the program's timing), core, "
+                  "the kernel writes one the harness can read, else the signal and phase only; neither changes the program's timing), core, "
                   "none; or, perturbing exit races (a signal handler runs in the crashing process): outside (it "
                   "stops there and its whole tree is captured live), minimal (faulting frame only), inside (the "
                   "crashing thread unwinds itself)");
@@ -245,6 +257,7 @@ settings resolve(const raw_args& a, std::uint64_t default_repeat) {
   auto g = parse_duration(a.grace);
   if (!g) throw usage_error{"--grace: " + g.error().message()};
   s.grace = *g;
+  s.log_limit = a.log_limit;
   if (a.jobs > max_jobs)
     throw usage_error{"--jobs " + std::to_string(a.jobs) + ": at most " + std::to_string(max_jobs) + " runs at once"};
   s.jobs = static_cast<unsigned>(a.jobs);
@@ -271,7 +284,7 @@ settings resolve(const raw_args& a, std::uint64_t default_repeat) {
     s.target_rate = a.target_rate;
   }
   auto method = stack_method_from_string(a.stacks);
-  if (!method) throw usage_error{"--stacks '" + a.stacks + "': expected auto, gdb, agent, proc or none"};
+  if (!method) throw usage_error{"--stacks '" + a.stacks + "': expected auto, gdb, eu-stack, libdwfl, agent, proc or none"};
   s.stacks.method = a.no_stacks ? stack_method::none : *method;
   // A malformed spec is refused here, once, with its column: otherwise every run would start
   // only to fail the same way.
@@ -334,6 +347,7 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
   o.part = s.part;
   o.out_dir = s.out;
   o.grace = s.grace;
+  o.log_limit_bytes = s.log_limit;
   o.stacks = s.stacks;
   o.crash = s.crash;
   o.env = s.env;
@@ -357,7 +371,7 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
     ctx.err << "faultline: containment " << containment_summary() << "\n";
     s.crash_used = to_string(used);
     ctx.err << "faultline: crash capture " << to_string(used);
-    if (used == crash_capture::core) ctx.err << " (gdb reads each crash's core dump)";
+    if (used == crash_capture::core) ctx.err << " (each crash's core dump is read: every thread's stack)";
     if (used == crash_capture::core && !in_run_dir && s.jobs > 1 && !core_names_are_unique())
       ctx.err << " (core_pattern names one core file per directory: crashes of runs at the same moment overwrite"
                  " each other's core and those runs are named by their signal alone; sysctl"
@@ -533,6 +547,7 @@ struct soak_args {
   std::string budget, out = "faultline-soak", seed, shard, report_every = "5m", keep = "failures", stacks = "auto",
                       crash = "auto", grace = "1s";
   std::uint64_t jobs = 1;
+  std::uint64_t log_limit = default_log_limit_bytes;
   double timeout_scale = 1.0;
   bool resume = false, json = false, no_stacks = false;
   std::vector<std::string> env;
@@ -551,6 +566,7 @@ int cmd_soak(const soak_args& a, cli_context& ctx) {
   auto grace = parse_duration(a.grace);
   if (!grace) throw usage_error{"--grace: " + grace.error().message()};
   o.grace = *grace;
+  o.log_limit_bytes = a.log_limit;
   if (a.jobs > max_jobs) throw usage_error{"--jobs " + std::to_string(a.jobs) + ": at most " + std::to_string(max_jobs) + " runs at once"};
   o.jobs = static_cast<unsigned>(a.jobs);
   if (!(a.timeout_scale > 0) || a.timeout_scale > 1000) throw usage_error{"--timeout-scale must be in (0, 1000]"};
@@ -565,7 +581,7 @@ int cmd_soak(const soak_args& a, cli_context& ctx) {
   if (!keep) throw usage_error{"--keep '" + a.keep + "': expected failures, all or none"};
   o.keep = *keep;
   auto method = stack_method_from_string(a.stacks);
-  if (!method) throw usage_error{"--stacks '" + a.stacks + "': expected auto, gdb, agent, proc or none"};
+  if (!method) throw usage_error{"--stacks '" + a.stacks + "': expected auto, gdb, eu-stack, libdwfl, agent, proc or none"};
   o.stacks.method = a.no_stacks ? stack_method::none : *method;
   auto crash = crash_capture_from_string(a.crash);
   if (!crash) throw usage_error{"--crash-capture '" + a.crash + "': expected auto, core, none, outside, minimal or inside"};
@@ -756,10 +772,11 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   soak->add_option("--report-every", soak_a.report_every, "how often OUT/report.html, OUT/report.md and OUT/soak.json are rewritten (default 5m)");
   soak->add_option("--timeout-scale", soak_a.timeout_scale, "multiply every scenario's timeout (a slow machine, a sanitizer build)");
   soak->add_option("--keep", soak_a.keep, "whose files stay: failures (default), all, none");
-  soak->add_option("--stacks", soak_a.stacks, "stack capture of hung runs: auto, gdb, eu-stack, agent, proc, none");
+  soak->add_option("--stacks", soak_a.stacks, "stack capture of hung runs: auto, gdb, eu-stack, libdwfl, agent, proc, none");
   soak->add_flag("--no-stacks", soak_a.no_stacks, "do not capture stacks of hung runs");
   soak->add_option("--crash-capture", soak_a.crash, "as for run: auto (default), core, none, outside, minimal, inside");
   soak->add_option("--grace", soak_a.grace, "time between SIGTERM and SIGKILL when ending a run (default 1s)");
+  add_log_limit(soak, soak_a.log_limit);
   soak->add_option("--env", soak_a.env, "set K=V in every run's environment (repeatable)")->allow_extra_args(false);
   soak->add_flag("--json", soak_a.json, "print one JSON summary object per scenario to stdout");
 

@@ -66,7 +66,7 @@ TEST(cli, rejects_a_malformed_fault_spec_before_any_run) {
 }
 
 TEST(cli, rejects_an_unknown_stack_method) {
-  expect_usage_error({"exec", "--stacks", "psychic", "--", "true"}, "expected auto, gdb, agent, proc or none");
+  expect_usage_error({"exec", "--stacks", "psychic", "--", "true"}, "expected auto, gdb, eu-stack, libdwfl, agent, proc or none");
 }
 
 TEST(cli, rejects_more_jobs_than_it_can_run_at_once) {

@@ -6,9 +6,18 @@
 // signal halves the crash rate of an exit race). A core dump has no such cost: the kernel stops
 // every thread before it writes one. So by default the harness lets fatal signals take their
 // default action, lets the kernel write a core where /proc/sys/kernel/core_pattern puts it,
-// finds the core of a process of the run after the run, has gdb read every thread's stack from
-// it (symbols from DWARF or, without it, the symbol table), writes them into the run directory
-// and deletes the core.
+// finds the core of a process of the run after the run, reads every thread's stack from it,
+// writes them into the run directory and deletes the core. The reader is the harness's own
+// (dwfl_stacks.h: elfutils' libdwfl, linked in statically, symbols from the symbol table), so a
+// machine without gdb still gets stacks; gdb, where it is installed, reads a core that libdwfl
+// cannot. The core's notes say whose it is (NT_PRPSINFO) and which thread took the signal (the
+// first NT_PRSTATUS); the section names that thread, so the crash signature comes from it:
+//
+//   === process 4242 (core) thread 4243 via libdwfl ===
+//   PID 4242 - core
+//   TID 4243:
+//   #0  0x000055d689cc9150 (anonymous namespace)::touch(int) - /opt/prog
+//   ...
 //
 //   if (auto why = harness::enable_core_capture(); !why.empty()) ... // cores cannot be used
 //   harness::capture_core(pids, cwd, started, run_dir / "crash-stacks.txt");
@@ -36,8 +45,8 @@ namespace faultline::harness {
 
 /// Makes the harness's children dump core (raises RLIMIT_CORE's soft limit of this process, which
 /// every run inherits, to its hard limit, at most 4 GiB). Returns "" when cores can be used, or why
-/// not ("core_pattern pipes cores to |/usr/share/apport/apport ...", "gdb is not installed", ...).
-/// Idempotent: the answer of the first call is kept.
+/// not ("core_pattern pipes cores to |/usr/share/apport/apport ...", "RLIMIT_CORE's hard limit is
+/// 0", ...); no debugger is needed. Idempotent: the answer of the first call is kept.
 std::string enable_core_capture();
 
 /// Why a process with working directory `cwd` could not have its core written where core_pattern
@@ -53,7 +62,8 @@ bool core_names_are_unique();
 /// specifier become '*', "%%" a '%'; a relative pattern is taken against `cwd`.
 std::string core_glob(const std::string& pattern, bool uses_pid, const std::filesystem::path& cwd);
 
-/// What gdb said about one core.
+/// What gdb said about one core (capture_core reads the core's own notes instead; this reads
+/// gdb's output, as a user pastes it).
 struct core_info {
   pid_t pid = 0;            ///< the process the core is of
   pid_t thread = 0;         ///< the thread that took the fatal signal
@@ -64,9 +74,11 @@ struct core_info {
 core_info parse_core_info(const std::string& gdb_output);
 
 /// Looks for the core of one of `pids` written since `since` (core_pattern resolved against
-/// `cwd`), writes every thread's stack into `out` as a "=== process PID (core) thread TID via gdb
-/// ===" section, and deletes the core. Errors: not_found when there is no such core;
-/// io_error when `out` cannot be written; unavailable when gdb could not read it.
+/// `cwd`; the pid is the one in the core's notes), appends every thread's stack to `out` as a
+/// "=== process PID (core) thread TID via libdwfl ===" section ("via gdb" when libdwfl found no
+/// frame and gdb did), and deletes the core; other runs' cores are left alone. Errors: not_found
+/// when there is no such core; io_error when `out` cannot be written; unavailable when neither
+/// libdwfl nor gdb (when installed) could read it.
 core::status capture_core(const std::vector<pid_t>& pids, const std::filesystem::path& cwd,
                           std::chrono::system_clock::time_point since, const std::filesystem::path& out);
 

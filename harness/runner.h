@@ -1,11 +1,13 @@
 // Running one process under the harness: isolated, bounded, observed, and cleaned up.
 //
 // `run_once` starts the command in its own process group (the harness being a subreaper),
-// with its stdout and stderr in the run's log file and a fresh run directory announced through
-// FAULTLINE_RUN_DIR, waits for it under an outer timeout, and leaves nothing behind:
-//   - on timeout it captures the stacks of every process of the run's tree (gdb, else the
-//     agent, else /proc), then sends SIGTERM, waits the grace period, SIGKILLs what is left
-//     and reaps everything;
+// with its stdout and stderr in one pipe drained into the run's log file (output_capture.h:
+// as CI runners read a program's output; a file in the pipe's place changes exit races) and a
+// fresh run directory announced through FAULTLINE_RUN_DIR, waits for it under an outer timeout,
+// and leaves nothing behind:
+//   - on timeout it captures the stacks of every process of the run's tree (gdb, else eu-stack,
+//     else the harness's libdwfl reader, else the agent, else /proc), then sends SIGTERM, waits
+//     the grace period, SIGKILLs what is left and reaps everything;
 //   - after a normal exit, any process of the tree still alive (after a short settle time) is a
 //     leak: recorded, then killed the same way; so are new /dev/shm/faultline* entries;
 //   - a crash is frozen where it happened: in `outside` capture mode the agent stops the
@@ -39,6 +41,7 @@
 #include <vector>
 
 #include "harness/classify.h"
+#include "harness/output_capture.h"
 #include "harness/stacks.h"
 
 namespace faultline::harness {
@@ -48,7 +51,7 @@ namespace faultline::harness {
 /// in the crashing process, which changes how exit races end (see core_dump.h).
 enum class crash_capture {
   automatic,  ///< core where the kernel writes cores the harness can read, else none
-  core,       ///< no handler; every thread's stack read by gdb from the kernel's core dump
+  core,       ///< no handler; every thread's stack read from the kernel's core dump (libdwfl, else gdb)
   outside,    ///< the crashing process stops in its handler; the run's tree is captured live
   minimal,    ///< a handler writes the faulting frame only, then the signal goes on
   inside,     ///< the crashing thread unwinds itself in its handler
@@ -60,8 +63,8 @@ std::string_view to_string(crash_capture c) noexcept;
 std::optional<crash_capture> crash_capture_from_string(std::string_view s) noexcept;
 
 /// What a request becomes on this machine: automatic and core become core where cores can be
-/// read (enable_core_capture()), else none; outside becomes minimal without gdb or eu-stack. `why`, when
-/// given, receives the reason for a downgrade ("" when there was none).
+/// read (enable_core_capture()), else none; outside becomes minimal where no process can be read
+/// from outside. `why`, when given, receives the reason for a downgrade ("" when there was none).
 /// `cwd`: where the runs will be (core files land there); empty: the harness's directory.
 crash_capture resolve_crash_capture(crash_capture requested, std::string* why = nullptr,
                                     const std::filesystem::path& cwd = {});
@@ -71,7 +74,9 @@ struct run_request {
   std::vector<std::string> argv;          ///< the command; argv[0] searched in PATH without '/'
   std::vector<std::string> env;           ///< its environment (the runner adds its own variables)
   std::filesystem::path run_dir;          ///< created empty (an existing one is cleared)
-  std::filesystem::path log_path;         ///< stdout+stderr, truncated
+  std::filesystem::path log_path;         ///< stdout+stderr, truncated (through a pipe: output_capture.h)
+  std::uint64_t log_limit_bytes = default_log_limit_bytes;  ///< head and tail kept past it (0: no limit)
+  std::chrono::milliseconds output_grace{100};  ///< after the tree is gone, for the pipe to close
   std::chrono::milliseconds timeout{600'000};
   std::chrono::milliseconds grace{1'000};       ///< between SIGTERM and SIGKILL
   std::chrono::milliseconds leak_settle{200};   ///< survivors get this long to exit on their own
@@ -92,6 +97,7 @@ struct run_report {
   std::chrono::microseconds teardown{0};  ///< deadline (or exit) to every process reaped
   std::vector<int> stuck_pids;            ///< processes that survived SIGKILL (uninterruptible)
   bool interrupted = false;               ///< cancelled: the verdict is meaningless
+  output_stats output;                    ///< what the run wrote to stdout and stderr
 };
 
 /// Performs one run (see the file comment). Never throws; a run that cannot be started is

@@ -243,6 +243,10 @@ core::result<soak_result> run_soak(const soak_options& o) {
   for (const auto& sc : o.scenarios)
     if (auto s = check_fault_space(sc.fault_space); !s) return core::status(s.code(), sc.name + ": " + s.message());
 
+  // Held until the last state and report are written; the campaign runs under it (c.out_lock).
+  auto out_lock = out_dir_lock::acquire(o.out_dir);
+  if (!out_lock) return out_lock.error();
+
   std::error_code ec;
   soak_state state;
   std::optional<soak_state> was;
@@ -317,6 +321,7 @@ core::result<soak_result> run_soak(const soak_options& o) {
   c.part = o.part;
   c.out_dir = o.out_dir;
   c.grace = o.grace;
+  c.log_limit_bytes = o.log_limit_bytes;
   c.stacks = o.stacks;
   c.crash = o.crash;
   c.env = o.env;
@@ -327,6 +332,7 @@ core::result<soak_result> run_soak(const soak_options& o) {
   c.keep = o.keep;
   c.resume = o.resume && was.has_value();
   c.warn = o.warn;
+  c.out_lock = &*out_lock;
   c.deadline = start + left;
   c.progress_suffix = [&] {
     return ", " + format_duration(std::chrono::duration_cast<std::chrono::seconds>(spent())) + " of " +

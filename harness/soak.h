@@ -26,6 +26,8 @@
 //   OUT/soak.json     seed, budget, time spent so far, scenarios and their fault spaces, runs,
 //                     failures and harness leaks; rewritten atomically (what --resume reads)
 //   OUT/report.html, OUT/report.md   the report of every run so far
+// OUT/.faultline.lock (out_lock.h) is held from the start to the last report written: a second
+// soak or campaign in OUT meanwhile is refused, naming this one's pid.
 //
 // Resuming (`resume`): after the harness was killed, the soak continues with the seed, scenarios
 // and fault spaces of OUT/soak.json (other ones are refused), spends what is left of the budget
@@ -65,6 +67,7 @@ struct soak_options {
   /// A scenario's timeout is its catalog timeout times this (a slower machine, a sanitizer).
   double timeout_scale = 1.0;
   std::chrono::milliseconds grace{1'000};
+  std::uint64_t log_limit_bytes = default_log_limit_bytes;  ///< each run's log (output_capture.h)
   stack_options stacks;
   crash_capture crash = crash_capture::automatic;
   keep_policy keep = keep_policy::failures;
@@ -91,10 +94,12 @@ struct soak_result {
 /// The name of the soak's state file in its output directory.
 inline constexpr const char* soak_state_file = "soak.json";
 
-/// Runs the soak. Errors: invalid_argument for no scenarios, a zero budget, a malformed fault
-/// space, or a resume whose seed, scenarios or spaces differ from OUT/soak.json (the message
-/// says which); corrupt for an unreadable soak.json; io_error when the output cannot be written
-/// (a full disk: the runs recorded so far are intact, and the message says so).
+/// Runs the soak. Errors: busy when another campaign holds OUT (the message names its pid),
+/// before anything in OUT is read or written; invalid_argument for no scenarios, a zero budget,
+/// a malformed fault space, or a resume whose seed, scenarios or spaces differ from
+/// OUT/soak.json (the message says which); corrupt for an unreadable soak.json; io_error when
+/// the output cannot be written (a full disk: the runs recorded so far are intact, and the
+/// message says so).
 core::result<soak_result> run_soak(const soak_options& o);
 
 }  // namespace faultline::harness

@@ -11,6 +11,7 @@
 
 #include "harness/agent/protocol.h"
 #include "harness/detail/sys.h"
+#include "harness/dwfl_stacks.h"
 #include "harness/process.h"
 
 namespace faultline::harness {
@@ -71,6 +72,14 @@ std::optional<std::string> via_eu_stack(const fs::path& program, pid_t pid, std:
   return r->output.substr(at);
 }
 
+std::optional<std::string> via_libdwfl(pid_t pid, std::chrono::milliseconds timeout) {
+  dwfl_limits limits;
+  limits.timeout = timeout;
+  auto text = read_process_stacks(pid, limits);
+  if (!text) return std::nullopt;
+  return std::move(*text);
+}
+
 std::string via_proc(pid_t pid) {
   std::string out;
   const std::string base = "/proc/" + std::to_string(pid) + "/task/";
@@ -112,7 +121,7 @@ bool catches(pid_t pid, int sig) {
   return sig >= 1 && sig <= 64 && (mask >> (sig - 1)) & 1ULL;
 }
 
-// Sections for `procs` by the first of `tools` (gdb, eu-stack) that attaches to each; every
+// Sections for `procs` by the first of `tools` (gdb, eu-stack, libdwfl) that attaches to each; every
 // process in parallel, so a tree of a few processes costs one attach time.
 void capture_outside(const std::vector<detail::proc_stat>& procs, const std::vector<stack_method>& tools,
                      const stack_options& options, std::optional<faulted_thread> faulted,
@@ -127,6 +136,8 @@ void capture_outside(const std::vector<detail::proc_stat>& procs, const std::vec
       } else if (t == stack_method::eu_stack && eu_stack) {
         if (auto text = via_eu_stack(*eu_stack, p->pid, options.eu_stack_timeout))
           return header(*p, "eu-stack", tid) + *text;
+      } else if (t == stack_method::libdwfl) {
+        if (auto text = via_libdwfl(p->pid, options.libdwfl_timeout)) return header(*p, "libdwfl", tid) + *text;
       }
     }
     return std::nullopt;
@@ -161,6 +172,7 @@ std::string_view to_string(stack_method m) noexcept {
     case stack_method::automatic: return "auto";
     case stack_method::gdb: return "gdb";
     case stack_method::eu_stack: return "eu-stack";
+    case stack_method::libdwfl: return "libdwfl";
     case stack_method::agent: return "agent";
     case stack_method::proc: return "proc";
     case stack_method::none: return "none";
@@ -169,14 +181,17 @@ std::string_view to_string(stack_method m) noexcept {
 }
 
 std::optional<stack_method> stack_method_from_string(std::string_view s) noexcept {
-  for (auto m : {stack_method::automatic, stack_method::gdb, stack_method::eu_stack, stack_method::agent,
-                 stack_method::proc, stack_method::none})
+  for (auto m : {stack_method::automatic, stack_method::gdb, stack_method::eu_stack, stack_method::libdwfl,
+                 stack_method::agent, stack_method::proc, stack_method::none})
     if (to_string(m) == s) return m;
   return std::nullopt;
 }
 
 bool gdb_available() {
-  static const bool found = on_path("gdb").has_value();
+  static const bool found = [] {
+    const char* hidden = std::getenv(gdb_env);
+    return !(hidden && std::string_view(hidden) == "none") && on_path("gdb").has_value();
+  }();
   return found;
 }
 
@@ -188,7 +203,7 @@ std::optional<fs::path> eu_stack_program() {
   return on_path("eu-stack");
 }
 
-bool outside_capture_available() { return gdb_available() || eu_stack_program().has_value(); }
+bool outside_capture_available() { return true; }  // libdwfl is linked in
 
 core::status capture_stacks(const std::vector<detail::proc_stat>& procs, const fs::path& run_dir, const fs::path& out,
                             const stack_options& options) {
@@ -200,6 +215,7 @@ core::status capture_stacks(const std::vector<detail::proc_stat>& procs, const f
   if (m == stack_method::gdb || (m == stack_method::automatic && gdb_available())) tools.push_back(stack_method::gdb);
   if (m == stack_method::eu_stack || (m == stack_method::automatic && eu_stack_program()))
     tools.push_back(stack_method::eu_stack);
+  if (m == stack_method::libdwfl || m == stack_method::automatic) tools.push_back(stack_method::libdwfl);
   capture_outside(procs, tools, options, std::nullopt, sections);
 
   // The agent: signal every agent-carrying process at once, then collect their answers.
@@ -237,7 +253,7 @@ core::status capture_stacks_outside(const std::vector<detail::proc_stat>& procs,
     case stack_method::automatic:
       if (gdb_available()) tools.push_back(stack_method::gdb);
       if (eu_stack_program()) tools.push_back(stack_method::eu_stack);
-      if (tools.empty()) return core::status(core::errc::unavailable, "neither gdb nor eu-stack is installed");
+      tools.push_back(stack_method::libdwfl);
       break;
     case stack_method::gdb:
       if (!gdb_available()) return core::status(core::errc::unavailable, "gdb is not installed");
@@ -249,9 +265,12 @@ core::status capture_stacks_outside(const std::vector<detail::proc_stat>& procs,
                                                          eu_stack_env + ")");
       tools.push_back(stack_method::eu_stack);
       break;
+    case stack_method::libdwfl:
+      tools.push_back(stack_method::libdwfl);
+      break;
     default:
       return core::status(core::errc::invalid_argument,
-                          "stacks are captured out of process with gdb or eu-stack, not " +
+                          "stacks are captured out of process with gdb, eu-stack or libdwfl, not " +
                               std::string(to_string(options.method)));
   }
   std::map<pid_t, std::string> sections;

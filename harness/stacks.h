@@ -1,17 +1,19 @@
 // Capturing the stacks of a run's processes: of a hung run before it is killed, and of a run
 // whose crashing process is stopped in the agent's handler (protocol.h, "Crash capture").
 //
-// Four ways, best first: gdb in batch mode (`thread apply all bt` on every process, when gdb is
+// Five ways, best first: gdb in batch mode (`thread apply all bt` on every process, when gdb is
 // on PATH and can attach); eu-stack from elfutils (`eu-stack -m -i -p PID`: the same frames,
 // faster to attach — 0.04 s against gdb's 0.25 s for a small program here; on PATH or named by
-// $FAULTLINE_EU_STACK); the in-process agent (the stack-dump signal, answered with stacks.PID in
-// the run directory — for processes that carry the agent); /proc (each thread's name, state,
-// wait channel and kernel stack). In automatic mode each process gets the best way that works
-// for it. The first two are out of process: they attach with ptrace, so they also see threads
-// that never ran the agent, and a process in group-stop (SIGSTOP) stays stopped after they
-// detach (checked with gdb 13.1 and eu-stack 0.188: the kernel leaves a SIGSTOP pending, which
-// the caller's SIGCONT discards). Everything goes into one text file, one section per process
-// (classify.h's parse_stacks reads it back):
+// $FAULTLINE_EU_STACK); libdwfl, elfutils' library linked into the harness (dwfl_stacks.h: what
+// eu-stack prints, read from a thread of the harness, so always there — the way on machines
+// without gdb or eu-stack); the in-process agent (the stack-dump signal, answered with
+// stacks.PID in the run directory — for processes that carry the agent); /proc (each thread's
+// name, state, wait channel and kernel stack). In automatic mode each process gets the best way
+// that works for it. The first three are out of process: they attach with ptrace, so they also
+// see threads that never ran the agent, and a process in group-stop (SIGSTOP) stays stopped
+// after they detach (checked with gdb 13.1 and eu-stack/libdwfl 0.188: the kernel leaves a
+// SIGSTOP pending, which the caller's SIGCONT discards). Everything goes into one text file, one
+// section per process (classify.h's parse_stacks reads it back):
 //
 //   === process 4242 (fl_testdata_han) ppid 4200 pgrp 4242 state S via gdb ===
 //   Thread 1 (Thread 0x7f.. (LWP 4242) "fl_testdata_han"):
@@ -41,9 +43,9 @@
 namespace faultline::harness {
 
 /// How to capture stacks.
-enum class stack_method { automatic, gdb, eu_stack, agent, proc, none };
+enum class stack_method { automatic, gdb, eu_stack, libdwfl, agent, proc, none };
 
-/// "auto", "gdb", "eu-stack", "agent", "proc", "none" and back.
+/// "auto", "gdb", "eu-stack", "libdwfl", "agent", "proc", "none" and back.
 std::string_view to_string(stack_method m) noexcept;
 std::optional<stack_method> stack_method_from_string(std::string_view s) noexcept;
 
@@ -52,6 +54,7 @@ struct stack_options {
   stack_method method = stack_method::automatic;
   std::chrono::milliseconds gdb_timeout{30'000};       ///< per process
   std::chrono::milliseconds eu_stack_timeout{10'000};  ///< per process
+  std::chrono::milliseconds libdwfl_timeout{10'000};   ///< per process
   std::chrono::milliseconds agent_wait{3'000};         ///< for every agent to answer
 };
 
@@ -62,7 +65,11 @@ struct faulted_thread {
   pid_t tid = 0;
 };
 
-/// True when a `gdb` executable is on PATH (looked up once).
+/// Environment variable that hides gdb from the harness when it is "none": runs then take the
+/// way a machine without gdb takes (libdwfl for cores, eu-stack or libdwfl outside).
+inline constexpr const char* gdb_env = "FAULTLINE_GDB";
+
+/// True when a `gdb` executable is on PATH and $FAULTLINE_GDB is not "none" (looked up once).
 bool gdb_available();
 
 /// Environment variable naming the eu-stack executable to use instead of PATH's.
@@ -73,7 +80,8 @@ inline constexpr const char* eu_stack_env = "FAULTLINE_EU_STACK";
 /// may change).
 std::optional<std::filesystem::path> eu_stack_program();
 
-/// True when stacks can be captured out of process: gdb or eu-stack is available.
+/// True when stacks can be captured out of process: always, since libdwfl is linked in (gdb or
+/// eu-stack are preferred where installed).
 bool outside_capture_available();
 
 /// Writes the stacks of `procs` (live processes of one run) to `out`. `run_dir` is where the
@@ -82,15 +90,15 @@ bool outside_capture_available();
 core::status capture_stacks(const std::vector<detail::proc_stat>& procs, const std::filesystem::path& run_dir,
                             const std::filesystem::path& out, const stack_options& options);
 
-/// Writes the stacks of `procs` to `out` out of process only — gdb or eu-stack, never the
-/// agent's signal: for a run whose crashing process is stopped in its handler (a signal would
+/// Writes the stacks of `procs` to `out` out of process only — gdb, eu-stack or libdwfl, never
+/// the agent's signal: for a run whose crashing process is stopped in its handler (a signal would
 /// stay pending, and the agent's answer never come). options.method picks the tool: automatic
-/// (gdb, else eu-stack, per process), gdb or eu_stack; options.agent_wait is not used. A process
-/// neither tool can attach to gets a /proc section (reading /proc does not resume it). The
-/// processes are left as they were: stopped ones stay stopped. `faulted`, when given, is marked
-/// in its process's section header. Errors: invalid_argument for another method; unavailable
-/// when the requested tool (automatic: both) is not installed; io_error when `out` cannot be
-/// written.
+/// (gdb, else eu-stack, else libdwfl, per process), gdb, eu_stack or libdwfl; options.agent_wait
+/// is not used. A process no tool can attach to gets a /proc section (reading /proc does not
+/// resume it). The processes are left as they were: stopped ones stay stopped. `faulted`, when
+/// given, is marked in its process's section header. Errors: invalid_argument for another
+/// method; unavailable when the requested tool (gdb, eu_stack) is not installed; io_error when
+/// `out` cannot be written.
 core::status capture_stacks_outside(const std::vector<detail::proc_stat>& procs, const std::filesystem::path& out,
                                     const stack_options& options,
                                     std::optional<faulted_thread> faulted = std::nullopt);

@@ -1,0 +1,80 @@
+// A run's output, captured as CI runners capture it: through a pipe that the harness drains at
+// once (DESIGN §5, Output).
+//
+// Where a program's stdout and stderr go changes how its exit races end: a write to a regular
+// file is slower than one into a pipe, and a program that writes at exit keeps its other threads
+// running longer (measured on an H100: an exit race crashing in 51/60 runs through a pipe crashed
+// in 28/60 with its output going to a file). CTest, pytest and CI runners read a pipe, so the
+// harness does too: one pipe for stdout and stderr (in the order they were written, as
+// `prog 2>&1 | cat` gives them), drained by a thread of its own into the run's log so the program
+// never waits on a full pipe while the harness is busy elsewhere (a hang's stack capture, say).
+//
+// The run ends when its process ends, not when the pipe closes: a grandchild that keeps the pipe
+// open does not hold the run. `finish` drains what is left for a short grace and then drops the
+// rest, saying so in the log. The log is bounded: past `limit_bytes` it keeps the first and the
+// last half of the limit, and a line in between says how much was dropped.
+//
+//   auto out = harness::output_capture::open("out/logs/run.log", 4 << 20);
+//   if (!out) return out.error();
+//   spawn_options so; so.stdout_fd = out->write_fd();   // stdout and stderr
+//   auto c = spawn(so);
+//   out->close_write_end();                             // the run's processes hold it now
+//   ...                                                 // wait for the run
+//   harness::output_stats s = out->finish(std::chrono::milliseconds(100));
+//
+// Thread safety: one owner; the drain thread is internal.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+
+#include "core/status.h"
+
+namespace faultline::harness {
+
+/// What a run wrote.
+struct output_stats {
+  std::uint64_t bytes = 0;          ///< everything read from the pipe
+  std::uint64_t bytes_dropped = 0;  ///< cut from the middle of the log (over the limit)
+  bool still_open = false;          ///< the pipe was still open when finish's grace ran out
+};
+
+/// Default log limit: head and tail of 2 MiB each.
+inline constexpr std::uint64_t default_log_limit_bytes = std::uint64_t{4} << 20;
+
+class output_capture {
+ public:
+  /// Creates (truncates) the log at `log_path` and a pipe whose read end a thread drains into it.
+  /// `limit_bytes` bounds the log (0: no bound). Errors: io_error when the file or the pipe
+  /// cannot be made, or the thread cannot be started.
+  static core::result<output_capture> open(const std::filesystem::path& log_path,
+                                           std::uint64_t limit_bytes = default_log_limit_bytes);
+
+  output_capture(output_capture&&) noexcept;
+  output_capture& operator=(output_capture&&) noexcept;
+  output_capture(const output_capture&) = delete;
+  output_capture& operator=(const output_capture&) = delete;
+  /// Finishes with no grace if finish was not called.
+  ~output_capture();
+
+  /// The pipe's write end (close-on-exec): give it to the child as stdout (and stderr).
+  [[nodiscard]] int write_fd() const noexcept;
+
+  /// Closes the harness's copy of the write end; call once the child holds it, or the pipe
+  /// never reports its end.
+  void close_write_end() noexcept;
+
+  /// Drains what the pipe still holds, waiting at most `grace` for its last writer to close it,
+  /// writes the log's tail and closes it. Idempotent: later calls return the first answer.
+  output_stats finish(std::chrono::milliseconds grace);
+
+  struct state;
+
+ private:
+  explicit output_capture(std::unique_ptr<state> s) noexcept;
+  std::unique_ptr<state> s_;
+};
+
+}  // namespace faultline::harness
