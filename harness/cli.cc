@@ -15,6 +15,7 @@
 #include "harness/campaign.h"
 #include "harness/containment.h"
 #include "harness/core_dump.h"
+#include "harness/core_handler/cores_cli.h"
 #include "harness/detail/sys.h"
 #include "harness/duration.h"
 #include "harness/process.h"
@@ -357,6 +358,13 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
   o.keep = s.keep;
   o.resume = s.resume;
   o.warn = [&ctx](const std::string& text) { ctx.err << "faultline: warning: " << text << "\n"; };
+  // Refused before any header line when another campaign holds the directory.
+  auto lock = out_dir_lock::acquire(s.out);
+  if (!lock) {
+    ctx.err << "faultline: error: " << lock.error().message() << "\n";
+    return std::nullopt;
+  }
+  o.out_lock = &*lock;
   ctx.err << "faultline: " << (s.resume ? "resuming, " : "") << "seed " << s.seed << ", " << s.repeat
           << (s.repeat == 1 ? " run" : " runs") << " of "
           << variants.size() << (variants.size() == 1 ? " variant" : " variants")
@@ -374,8 +382,8 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
     if (used == crash_capture::core) ctx.err << " (each crash's core dump is read: every thread's stack)";
     if (used == crash_capture::core && !in_run_dir && s.jobs > 1 && !core_names_are_unique())
       ctx.err << " (core_pattern names one core file per directory: crashes of runs at the same moment overwrite"
-                 " each other's core and those runs are named by their signal alone; sysctl"
-                 " kernel.core_uses_pid=1 keeps every core)";
+                 " each other's core and those runs are named by their signal alone; "
+              << core_handler_hint << ", as does sysctl kernel.core_uses_pid=1)";
     if (!why.empty()) ctx.err << " (" << why << ")";
     if (used == crash_capture::none && s.crash == crash_capture::automatic)
       ctx.err << "; --crash-capture outside takes stacks but changes how exit races end";
@@ -807,12 +815,15 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   gate->add_option("--current", gate_o.current, "the results to judge: as faultline report's DIR (repeatable)")->required();
   gate->add_option("--alpha", gate_o.alpha, "significance level of each variant's one-sided Fisher exact test (default 0.01)");
 
+  cores_options cores_o;
+  auto* cores = add_cores_command(app, cores_o);
+
   // CLI11 reports a misspelt subcommand as a missing one; name it instead.
   if (args.size() > 1 && !args[1].empty() && args[1][0] != '-' && args[1] != "list" && args[1] != "run" &&
       args[1] != "exec" && args[1] != "verify" && args[1] != "soak" && args[1] != "region" && args[1] != "report" &&
-      args[1] != "gate") {
+      args[1] != "gate" && args[1] != "cores") {
     ctx.err << "faultline: error: unknown subcommand '" << args[1]
-            << "' (expected list, run, exec, verify, soak, region, report or gate)\n"
+            << "' (expected list, run, exec, verify, soak, region, report, gate or cores)\n"
             << "Run 'faultline --help' for usage.\n";
     return exit_usage;
   }
@@ -838,6 +849,7 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
     if (region->parsed()) return region_command(region_path, region_repair, region_json, ctx.out, ctx.err);
     if (report->parsed()) return reports::report_command(report_o, ctx.out, ctx.err);
     if (gate->parsed()) return reports::gate_command(gate_o, ctx.out, ctx.err);
+    if (cores->parsed()) return cores_command(cores_o, ctx.out, ctx.err);
   } catch (const usage_error& e) {
     ctx.err << "faultline: error: " << e.message << "\nRun 'faultline --help' for usage.\n";
     return exit_usage;

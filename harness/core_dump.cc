@@ -7,8 +7,11 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <thread>
 
+#include "harness/core_handler/core_handler.h"
 #include "harness/detail/sys.h"
 #include "harness/dwfl_stacks.h"
 #include "harness/process.h"
@@ -21,10 +24,40 @@ namespace fs = std::filesystem;
 
 constexpr rlim_t core_limit_bytes = rlim_t{4} << 30;
 constexpr auto gdb_timeout = std::chrono::seconds(60);
+// How long a crashed run waits for faultline-core-handler to finish its core (see capture_core).
+constexpr auto handler_wait = std::chrono::seconds(10);
 
 std::string trimmed(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
+}
+
+std::string core_pattern_text() {
+  auto pattern = detail::read_file("/proc/sys/kernel/core_pattern", 4096);
+  return pattern ? trimmed(*pattern) : std::string();
+}
+
+// The file pattern that names the cores of processes outside a run: core_pattern itself, or the
+// previous pattern of faultline-core-handler's; nullopt when cores do not go to files.
+std::optional<std::string> file_pattern(const std::string& pattern) {
+  if (auto ours = parse_core_handler_pattern(pattern)) return ours->previous.value_or("core");
+  if (pattern.empty() || pattern[0] == '|' || pattern[0] == '@') return std::nullopt;
+  return pattern;
+}
+
+// The kernel does not wait for a pipe handler (core_pipe_limit 0): a crashed process ends once
+// the rest of its core fits in the pipe, while the handler may still write it and rename
+// core.PID.part to core.PID.
+void wait_for_handler(const fs::path& run_dir) {
+  const auto deadline = std::chrono::steady_clock::now() + handler_wait;
+  const std::string parts = (run_dir / "core.*.part").string();
+  for (;;) {
+    glob_t found{};
+    const bool writing = ::glob(parts.c_str(), GLOB_NOSORT, nullptr, &found) == 0 && found.gl_pathc > 0;
+    ::globfree(&found);
+    if (!writing || std::chrono::steady_clock::now() >= deadline) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 std::vector<std::string> gdb_argv(const std::vector<std::string>& tail) {
@@ -42,7 +75,9 @@ std::string enable_core_capture() {
     auto pattern = detail::read_file("/proc/sys/kernel/core_pattern", 4096);
     if (!pattern) return "cannot read /proc/sys/kernel/core_pattern";
     const std::string text = trimmed(*pattern);
-    if (!text.empty() && text[0] == '|') return "core_pattern pipes cores to " + text;
+    // faultline-core-handler hands a run's core to the run's directory: cores can be used.
+    if (!text.empty() && text[0] == '|' && !parse_core_handler_pattern(text)) return "core_pattern pipes cores to " + text;
+    if (!text.empty() && text[0] == '@') return "core_pattern sends cores to the socket " + text.substr(1);
     if (text.empty()) return "core_pattern is empty (no cores are written)";
     rlimit lim{};
     if (::getrlimit(RLIMIT_CORE, &lim) != 0) return "getrlimit(RLIMIT_CORE) failed";
@@ -62,6 +97,7 @@ bool core_names_are_unique() {
   auto uses_pid = detail::read_file("/proc/sys/kernel/core_uses_pid", 64);
   if (uses_pid && trimmed(*uses_pid) == "1") return true;
   if (!pattern) return false;
+  if (parse_core_handler_pattern(*pattern)) return true;  // RUN_DIR/core.PID
   for (const char* spec : {"%p", "%P", "%i", "%I", "%t"})
     if (pattern->find(spec) != std::string::npos) return true;
   return false;
@@ -71,14 +107,17 @@ std::string core_destination_problem(const fs::path& cwd) {
   auto pattern_text = detail::read_file("/proc/sys/kernel/core_pattern", 4096);
   if (!pattern_text) return "cannot read /proc/sys/kernel/core_pattern";
   const std::string pattern = trimmed(*pattern_text);
-  if (pattern.empty() || pattern[0] == '|') return {};  // enable_core_capture says why
+  // With faultline-core-handler a run's core goes to its run directory, whatever cwd holds.
+  if (pattern.empty() || pattern[0] == '|' || pattern[0] == '@') return {};  // or enable_core_capture says why
   const fs::path target = fs::path(pattern).is_absolute() ? fs::path(pattern) : cwd / pattern;
   // The directory part must exist and be writable; specifiers there cannot be checked ahead.
   const fs::path dir = target.parent_path();
   if (dir.string().find('%') == std::string::npos) {
     std::error_code ec;
-    if (!fs::is_directory(dir, ec)) return "core_pattern '" + pattern + "' puts cores in " + dir.string() + ", which is not a directory";
-    if (::access(dir.c_str(), W_OK) != 0) return "cores would go to " + dir.string() + ", which is not writable";
+    if (!fs::is_directory(dir, ec))
+      return "core_pattern '" + pattern + "' puts cores in " + dir.string() + ", which is not a directory; " + core_handler_hint;
+    if (::access(dir.c_str(), W_OK) != 0)
+      return "cores would go to " + dir.string() + ", which is not writable; " + core_handler_hint;
   }
   // A fixed file name that is a directory here ("core" in a source tree with a core/ folder).
   auto uses_pid = detail::read_file("/proc/sys/kernel/core_uses_pid", 64);
@@ -87,12 +126,14 @@ std::string core_destination_problem(const fs::path& cwd) {
     std::error_code ec;
     if (fs::is_directory(target, ec))
       return target.string() + " is a directory, so the kernel cannot write a core there (core_pattern '" + pattern +
-             "'); run from another directory";
+             "'); run from another directory, or " + core_handler_hint;
   }
   return {};
 }
 
-std::string core_glob(const std::string& pattern, bool uses_pid, const fs::path& cwd) {
+std::string core_glob(const std::string& pattern_text, bool uses_pid, const fs::path& cwd) {
+  // Outside a run, faultline-core-handler writes a core where its previous pattern would have.
+  const std::string pattern = file_pattern(pattern_text).value_or(pattern_text);
   std::string out;
   bool has_pid = false;
   for (std::size_t i = 0; i < pattern.size(); ++i) {
@@ -155,24 +196,42 @@ core_info parse_core_info(const std::string& text) {
 
 core::status capture_core(const std::vector<pid_t>& pids, const fs::path& cwd,
                           std::chrono::system_clock::time_point since, const fs::path& out) {
-  auto pattern = detail::read_file("/proc/sys/kernel/core_pattern", 4096);
+  return capture_core(pids, cwd, fs::path(), since, out);
+}
+
+core::status capture_core(const std::vector<pid_t>& pids, const fs::path& cwd, const fs::path& run_dir,
+                          std::chrono::system_clock::time_point since, const fs::path& out) {
+  const std::string pattern = core_pattern_text();
   auto uses_pid = detail::read_file("/proc/sys/kernel/core_uses_pid", 64);
-  if (!pattern || trimmed(*pattern).empty() || trimmed(*pattern)[0] == '|')
-    return core::status(core::errc::not_found, "no core file: core_pattern is not a file name");
-  const std::string glob_text = core_glob(trimmed(*pattern), uses_pid && trimmed(*uses_pid) == "1", cwd);
-  glob_t found{};
-  if (::glob(glob_text.c_str(), GLOB_NOSORT, nullptr, &found) != 0) {
-    ::globfree(&found);
-    return core::status(core::errc::not_found, "no core file matches " + glob_text);
+  const bool handler = parse_core_handler_pattern(pattern).has_value();
+  const auto files = file_pattern(pattern);
+  if (!handler && !files) return core::status(core::errc::not_found, "no core file: core_pattern is not a file name");
+  std::vector<std::string> globs;
+  if (handler && !run_dir.empty()) {
+    wait_for_handler(run_dir);
+    globs.push_back((run_dir / "core.*").string());  // core.PID, the pid in the core's notes decides
   }
+  if (files) globs.push_back(core_glob(*files, uses_pid && trimmed(*uses_pid) == "1", cwd));
   std::vector<fs::path> candidates;
   const auto since_s = std::chrono::system_clock::to_time_t(since) - 1;
-  for (std::size_t i = 0; i < found.gl_pathc; ++i) {
-    struct stat st {};
-    if (::stat(found.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode) && st.st_mtime >= since_s && st.st_uid == ::getuid())
-      candidates.emplace_back(found.gl_pathv[i]);
+  for (const auto& glob_text : globs) {
+    glob_t found{};
+    if (::glob(glob_text.c_str(), GLOB_NOSORT, nullptr, &found) == 0) {
+      for (std::size_t i = 0; i < found.gl_pathc; ++i) {
+        const fs::path path = found.gl_pathv[i];
+        struct stat st {};
+        if (path.extension() == ".part" || std::find(candidates.begin(), candidates.end(), path) != candidates.end()) continue;
+        if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_mtime >= since_s && st.st_uid == ::getuid())
+          candidates.push_back(path);
+      }
+    }
+    ::globfree(&found);
   }
-  ::globfree(&found);
+  if (candidates.empty()) {
+    std::string where;
+    for (const auto& g : globs) where += (where.empty() ? "" : " or ") + g;
+    return core::status(core::errc::not_found, "no core file matches " + where);
+  }
   for (const auto& core : candidates) {
     // Whose core it is, from its notes: another run's (or no core at all) is left alone.
     auto id = read_core_identity(core);

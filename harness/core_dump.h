@@ -20,13 +20,17 @@
 //   ...
 //
 //   if (auto why = harness::enable_core_capture(); !why.empty()) ... // cores cannot be used
-//   harness::capture_core(pids, cwd, started, run_dir / "crash-stacks.txt");
+//   harness::capture_core(pids, cwd, run_dir, started, run_dir / "crash-stacks.txt");
 //
-// Limits: a core_pattern that pipes cores to a program (systemd-coredump, apport) leaves the
-// harness nothing to read; so does a program that changed its working directory when the
-// pattern is relative, or RLIMIT_CORE's hard limit of 0. A pattern without the pid ("core")
-// names one file per directory: runs crashing at the same moment in the same directory may
-// overwrite each other's core; the pid inside the core is checked, so a run never takes
+// Where the cores are: with faultline-core-handler installed (`faultline cores --install`,
+// harness/core_handler/core_handler.h), core_pattern pipes every core to it and it writes a
+// run's core as RUN_DIR/core.PID, whatever the program's directory holds and however many runs
+// crash at once. Otherwise core_pattern names a file. Limits: a core_pattern that pipes cores to
+// another program (systemd-coredump, apport) leaves the harness nothing to read; so does a
+// program that changed its working directory when the pattern is relative, or RLIMIT_CORE's hard
+// limit of 0. A pattern without the pid ("core") names one file per directory: runs crashing at
+// the same moment in the same directory may overwrite each other's core, and a directory that
+// holds a core/ folder gets none; the pid inside the core is checked, so a run never takes
 // another run's core for its own.
 //
 // Thread safety: capture_core may run for several runs at once.
@@ -43,23 +47,31 @@
 
 namespace faultline::harness {
 
+/// Said where cores get lost for want of faultline-core-handler.
+inline constexpr const char* core_handler_hint = "`faultline cores --install` keeps every crash's core (root)";
+
 /// Makes the harness's children dump core (raises RLIMIT_CORE's soft limit of this process, which
-/// every run inherits, to its hard limit, at most 4 GiB). Returns "" when cores can be used, or why
-/// not ("core_pattern pipes cores to |/usr/share/apport/apport ...", "RLIMIT_CORE's hard limit is
-/// 0", ...); no debugger is needed. Idempotent: the answer of the first call is kept.
+/// every run inherits, to its hard limit, at most 4 GiB). Returns "" when cores can be used
+/// (core_pattern names a file, or pipes cores to faultline-core-handler), or why not ("core_pattern
+/// pipes cores to |/usr/share/apport/apport ...", "RLIMIT_CORE's hard limit is 0", ...); no
+/// debugger is needed. Idempotent: the answer of the first call is kept.
 std::string enable_core_capture();
 
 /// Why a process with working directory `cwd` could not have its core written where core_pattern
-/// says ("" when it can, as far as can be told ahead): the pattern's directory is missing or not
-/// writable, or its fixed file name is a directory there ("./core" in a tree with a core/ folder).
+/// says ("" when it can, as far as can be told ahead, and always with faultline-core-handler): the
+/// pattern's directory is missing or not writable, or its fixed file name is a directory there
+/// ("./core" in a tree with a core/ folder); each message ends with core_handler_hint.
 std::string core_destination_problem(const std::filesystem::path& cwd);
 
-/// Whether core_pattern (with core_uses_pid) gives each process's core its own name (%p, %P, %t...).
+/// Whether core_pattern (with core_uses_pid) gives each process's core its own name (%p, %P, %t...,
+/// or faultline-core-handler's core.PID).
 bool core_names_are_unique();
 
 /// The glob of the files a core written by a process with working directory `cwd` may have, from
 /// `pattern` (core_pattern's text) and `uses_pid` (core_uses_pid): "%p" and every other
-/// specifier become '*', "%%" a '%'; a relative pattern is taken against `cwd`.
+/// specifier become '*', "%%" a '%'; a relative pattern is taken against `cwd`. For a
+/// faultline-core-handler pattern, that of its previous pattern (where the cores of processes
+/// outside a run go).
 std::string core_glob(const std::string& pattern, bool uses_pid, const std::filesystem::path& cwd);
 
 /// What gdb said about one core (capture_core reads the core's own notes instead; this reads
@@ -73,12 +85,21 @@ struct core_info {
 /// Parses the output of gdb reading a core (info inferiors and the current thread).
 core_info parse_core_info(const std::string& gdb_output);
 
-/// Looks for the core of one of `pids` written since `since` (core_pattern resolved against
-/// `cwd`; the pid is the one in the core's notes), appends every thread's stack to `out` as a
-/// "=== process PID (core) thread TID via libdwfl ===" section ("via gdb" when libdwfl found no
-/// frame and gdb did), and deletes the core; other runs' cores are left alone. Errors: not_found
-/// when there is no such core; io_error when `out` cannot be written; unavailable when neither
-/// libdwfl nor gdb (when installed) could read it.
+/// Looks for the core of one of `pids` written since `since` — in `run_dir` (core.PID) when
+/// faultline-core-handler is installed, where core_pattern (or the handler's previous pattern)
+/// resolved against `cwd` puts it otherwise; the pid is the one in the core's notes — appends
+/// every thread's stack to `out` as a "=== process PID (core) thread TID via libdwfl ===" section
+/// ("via gdb" when libdwfl found no frame and gdb did), and deletes the core; other runs' cores
+/// are left alone. The handler may still be finishing a core when the crashed process has ended:
+/// this waits (at most 10 s) while `run_dir` holds a core.PID.part. Errors: not_found when there
+/// is no such core; io_error when `out` cannot be written; unavailable when neither libdwfl nor
+/// gdb (when installed) could read it.
+core::status capture_core(const std::vector<pid_t>& pids, const std::filesystem::path& cwd,
+                          const std::filesystem::path& run_dir, std::chrono::system_clock::time_point since,
+                          const std::filesystem::path& out);
+
+/// capture_core without a run directory: only where core_pattern (or the handler's previous
+/// pattern) puts cores.
 core::status capture_core(const std::vector<pid_t>& pids, const std::filesystem::path& cwd,
                           std::chrono::system_clock::time_point since, const std::filesystem::path& out);
 

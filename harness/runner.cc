@@ -339,7 +339,7 @@ run_report run_once(const run_request& rq) {
     // The kernel's core of the crashed process: every thread, frozen at the fault.
     const auto out = rq.run_dir / agent::crash_stacks_file;
     std::error_code ec;
-    if (capture_core(tree.pids(), run_cwd, rep.started, out)) crash_stacks = out;
+    if (capture_core(tree.pids(), run_cwd, rq.run_dir, rep.started, out)) crash_stacks = out;
   }
   ev.crash_stacks_path = crash_stacks;
   tree.reap();
