@@ -3,7 +3,7 @@
 # no libfiu and no libbenchmark: the binaries in DEST/bin, the shared libraries in DEST/lib.
 #   ci/gpu/carry.sh DEST        e.g. ci/gpu/carry.sh .device/gpu (git-ignored)
 # From $FAULTLINE_BUILD (default build/, a CUDA build): faultline, faultline-scenarios, the unit
-# test binaries gpu-check runs, every *_bench, the fl_cuda_* programs, fl_testdata_pass,
+# test binaries gpu-check runs, every *_bench, the fl_cuda_* programs, fl_testdata_pass and _noop,
 # fl_accounting_node, and build/lib/*.so (the preloaded agent). When ci/gpu/rmm-clients.sh has
 # built them, ci/gpu/rmm-carry.sh adds the RMM clients (build-rmm-client-*/) with each release's
 # librmm in DEST/lib/rmm-<series>/, and build-rmm/bin/alloc_bench (which also measures RMM's pool)
@@ -55,8 +55,8 @@ carry_libs() {  # the libraries of $1 that a stock machine lacks, into DEST/lib 
 }
 
 missing=()
-programs=(faultline faultline-scenarios cuda_backend_test alloc_test ipc_test registry_test accounting_test
-          fl_testdata_pass fl_accounting_node)
+programs=(faultline faultline-core-handler faultline-scenarios cuda_backend_test alloc_test ipc_test registry_test accounting_test
+          fl_testdata_pass fl_testdata_noop fl_accounting_node)
 for p in "$build"/bin/*_bench "$build"/bin/fl_cuda_*; do
   [ -x "$p" ] && programs+=("$(basename "$p")")
 done

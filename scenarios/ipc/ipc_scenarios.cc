@@ -37,6 +37,7 @@
 // Timing: the registered outer timeout (2.5 s) is for the sim; the scenarios aim to fail cleanly
 // within 90% of it. On cuda, where a child's runtime start alone takes ~0.2 s, the timeouts are
 // scaled (child timeout 3 s) and the budget is 9 s: run them with `--timeout 10s`.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -50,6 +51,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/device/device.h"
@@ -497,12 +499,26 @@ dev::backend* worker_device(const char* who) {
     return nullptr;
   }
   // The runtime comes up before the handle arrives, as a child's interpreter would start: its
-  // cost is not in the window between the export and the read.
+  // cost is not in the window between the export and the read. Counting devices does not make a
+  // CUDA context; synchronising the device does (the primary context, which the import uses).
   if (auto n = (*d)->device_count(); !n) {
     std::fprintf(stderr, "[%s] %s\n", who, n.error().to_string().c_str());
     return nullptr;
   }
+  if (auto up = (*d)->synchronize_device(); !up) {
+    std::fprintf(stderr, "[%s] %s\n", who, up.to_string().c_str());
+    return nullptr;
+  }
   return *d;
+}
+
+// "ipc-ready.PID" in the working directory (a scenario run's own directory, shared by its
+// processes): the importer PID has its device up and waits for its handle.
+std::string ready_file_of(pid_t pid) { return "ipc-ready." + std::to_string(pid); }
+
+void announce_ready() {
+  const int fd = ::open(ready_file_of(::getpid()).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) ::close(fd);
 }
 
 std::unique_ptr<ipc::mapping> worker_import(const char* who, dev::backend& d) {
@@ -574,6 +590,7 @@ int importer_worker(const std::vector<std::string>& args, rng& random) {
   if (index < 0 || index >= max_children || offset + payload_bytes > blocks_at) return rc_setup;
   dev::backend* d = worker_device("ipc/importer");
   if (d == nullptr) return rc_setup;
+  announce_ready();
   auto m = worker_import("ipc/importer", *d);
   if (!m) return rc_import;
   (void)FAULTLINE_POINT("ipc/child/start");
@@ -590,8 +607,8 @@ int importer_worker(const std::vector<std::string>& args, rng& random) {
 // ipc/relay BUSY_MS CHAIN_TIMEOUT_MS EXPECTED_SUM: B of A -> B -> C. Imports A's buffer (handle
 // on stdin); draws its own payload for C and starts C (ipc/importer, index 1, told that payload's
 // checksum) at once, so C is up when its handle comes; writes the payload at payload_b with a
-// device copy on a stream kept busy first (a long kernel that ends once C has reported, or after
-// BUSY_MS), re-exports the buffer with
+// device copy on a stream kept busy first (a long kernel that ends BUSY_MS after C announced its
+// device up, or once C has reported), re-exports the buffer with
 // the copy's event as `ready`, and sends C the handle. Then it runs the fixed protocol on C
 // (report within CHAIN_TIMEOUT_MS, release, join; kill on failure), writes its own report (index
 // 0: A's payload checked; verdict downstream when C failed), holds its import until A releases
@@ -613,13 +630,23 @@ int relay_worker(const std::vector<std::string>& args, rng& random) {
     return rc_setup;
   }
   // The "kernel": a device-to-device copy from this process's own scratch memory, queued behind
-  // other work on its stream that lasts until C has reported (or BUSY_MS). A fixed length would
-  // let a slowly starting C read after the copy landed (on the H100 at --jobs 12, C's CUDA start
-  // outlasted 1.5 s in 6 of 65 runs and the bug escaped): gated, a C given the handle before the
-  // copy landed reads the old bytes on every run, and the fix, which waits for the copy before
-  // exporting, waits BUSY_MS.
+  // other work on its stream that lasts until C has had BUSY_MS with its device up (or has
+  // reported). A fixed length from now would let a slowly starting C read after the copy landed
+  // (on the H100 at --jobs 12, C's CUDA start outlasted 1.5 s in 6 of 65 runs and the bug
+  // escaped): counted from C's start, a C given the handle before the copy landed reads the old
+  // bytes on every run, and the fix, which waits for the copy before exporting, waits that long.
+  // The gate is opened by a thread of its own: this one may be blocked in device calls meanwhile.
   ipc::host_gate gate;
-  gate.bound = busy;
+  gate.bound = chain_timeout;  // the last resort: the opener decides
+  const pid_t c_pid = kids.children()[0].pid;
+  std::thread opener([&gate, c_pid, busy, chain_timeout] {
+    auto open_by = clock_type::now() + chain_timeout;
+    while (!gate.open.load() && clock_type::now() < open_by) {
+      if (::access(ready_file_of(c_pid).c_str(), F_OK) == 0) open_by = std::min(open_by, clock_type::now() + busy);
+      std::this_thread::sleep_for(1ms);
+    }
+    gate.open.store(true, std::memory_order_release);
+  });
   auto scratch = d->allocate(payload_bytes);
   auto s = d->create_stream();
   auto e = d->create_event();
@@ -627,6 +654,8 @@ int relay_worker(const std::vector<std::string>& args, rng& random) {
       !ipc::launch_host_gate(*d, *s, &gate) ||
       !d->copy_async(at(m->data(), payload_b), *scratch, payload_bytes, *s) || !d->record_event(*e, *s)) {
     std::fprintf(stderr, "[ipc/relay] could not queue the write of its payload\n");
+    gate.open.store(true);
+    opener.join();
     return rc_setup;
   }
   auto h = m->reexport(*e);  // the fix waits for the write; bug/ipc/dropped-event-wait does not
@@ -649,6 +678,7 @@ int relay_worker(const std::vector<std::string>& args, rng& random) {
   }
   const int c_status = kids.children()[0].end_status;
   gate.open.store(true, std::memory_order_release);
+  opener.join();
   (void)d->synchronize_stream(*s);
   (void)d->destroy_event(*e);
   (void)d->destroy_stream(*s);
@@ -780,8 +810,8 @@ void child_killed_holding_import(context& ctx) {
 //   with the copy's event as ready, and hands C the handle; C (ipc/importer) imports it,
 //   checks B's payload, writes its block and report into A's buffer. Each parent runs the fixed
 //   protocol on its child; A's join timeout covers the whole chain.
-// Faults: the busy stream (launch_host_gate: busy until C has reported, at most the busy time),
-//   which makes an unsynchronised read observable on every run.
+// Faults: the busy stream (launch_host_gate: busy until C has had the busy time with its device
+//   up, or has reported), which makes an unsynchronised read observable on every run.
 // Invariants: C read exactly B's payload (importer-read-the-exported-bytes), B read A's
 //   (relay-read-the-exported-bytes); both reported and wrote their blocks into A's buffer, which A
 //   reads back (exporter-reads-the-importers-bytes); B's and C's imports counted in A's registry
