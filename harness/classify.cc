@@ -486,8 +486,10 @@ bool meaningful(const frame& f) {
   const std::string& n = f.function;
   if (unnamed(f)) return f.has_offset && !f.module.empty() && f.module != "??";
   if (n[0] == '<' || is_trampoline(f) || plumbing.count(n)) return false;
+  // libcudart_static_<hash>: the CUDA runtime's internals, linked into the program itself (the
+  // static runtime), so its module is the program's.
   for (std::string_view p : {"__", "_IO_", "_dl_", "_Unwind_", "faultline::agent::", "std::", "__gnu_cxx::",
-                             "__cxxabiv1::", "cudart::"})
+                             "__cxxabiv1::", "cudart::", "libcudart_static_"})
     if (starts_with(n, p)) return false;
   if ((f.module.empty() || f.module == "??") && libc_function(n)) return false;
   return true;

@@ -124,6 +124,8 @@ TEST(meaningful, skips_runtime_modules_whatever_the_name) {
   EXPECT_FALSE(meaningful({"??", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x10, true}));
   // libcudart_static is linked into the program: its frames are recognised by name.
   EXPECT_FALSE(meaningful({"cudart::globalState::~globalState", "/opt/prog", 0x10, true}));
+  // ... and as symbol-table names only (no debug info; CUDA 13's static runtime, read by libdwfl).
+  EXPECT_FALSE(meaningful({"libcudart_static_19d132c815f85334ee1756d16281ce95ea02e148", "/opt/prog", 0x10, true}));
   EXPECT_TRUE(meaningful({"pool_release", "/opt/app/libpool.so", 0x10, true}));
   EXPECT_TRUE(meaningful({"??", "/opt/app/libpool.so", 0x10, true}));
 }
