@@ -81,11 +81,12 @@ def main():
         with open(os.path.join(ctest_dir, "CTestTestfile.cmake"), "w") as f:
             for j in range(a.jobs):
                 f.write(f'add_test(noop{j} "{program}")\n')
-        loop = ("p=$1; n=$2; j=$3; i=0; while [ $i -lt $j ]; do "
-                "(k=0; while [ $k -lt $n ]; do \"$p\" || exit 1; k=$((k+1)); done) & i=$((i+1)); done; "
-                "for w in $(jobs -p); do wait $w || exit 1; done")
+        # J loops at once; `wait` collects them all, and a failed run leaves a mark behind.
+        loop = ("p=$1; n=$2; j=$3; mark=$4; i=0; while [ $i -lt $j ]; do "
+                "(k=0; while [ $k -lt $n ]; do \"$p\" || { : >\"$mark\"; exit 1; }; k=$((k+1)); done) & i=$((i+1)); done; "
+                "wait; [ ! -e \"$mark\" ]")
         commands = {
-            "loop": (["sh", "-c", loop, "loop", program, str(per_loop), str(a.jobs)], None),
+            "loop": (["sh", "-c", loop, "loop", program, str(per_loop), str(a.jobs), os.path.join(work, "loop-failed")], None),
             "ctest": (["ctest", "--repeat", f"until-fail:{per_loop}", "-j", str(a.jobs), "-Q"], ctest_dir),
             "faultline": ([os.path.abspath(faultline), "exec", "--repeat", str(a.runs), "--jobs", str(a.jobs), "--seed", "1",
                            "--out", os.path.join(work, "fl-out")] + shlex.split(a.faultline_args) + ["--", program], None),

@@ -12,6 +12,12 @@ Reads whatever parts RAW_DIR holds (a part whose files are missing reads "not ru
                                 registry_bench, faults_point_bench; a file cut short by a crash
                                 is read up to its last whole entry
   overhead.json                 the harness's cost per run
+  overhead-jJ.json              ci/overhead.py: shell loops (and ctest) vs faultline exec at --jobs J,
+                                judged against the targets (<= 0.5 ms per run at J = 1; >= 0.8x the
+                                loops' throughput at J = cores)
+  fidelity.json                 ci/fidelity.py: each program bare through a pipe (the reference), to
+                                /dev/null, to a file, and under faultline exec; a harness rate
+                                outside the pipe's 95% interval is a failed check
   exit-efficiency.jsonl         runs to first failure per subject, seed, with and without injector
   rmm/rmm-clients.txt           ci/gpu/rmm-gpu-run.sh's summary of the RMM clients under exec
   sanitizer.jsonl               compute-sanitizer over the device scenarios
@@ -35,6 +41,8 @@ DEVICE_OVER_POOL_TARGET = 100.0    # pool pairs >= 100x faster than cudaMalloc/c
 RMM_OVER_POOL_TARGET = 1.0         # pool no slower than RMM's pool_memory_resource
 ACCOUNTING_P99_OVER_P50_TARGET = 3.0
 UNREGISTER_OVERHEAD_TARGET_MS = 1.0
+EXEC_OVERHEAD_TARGET_MS = 0.5       # faultline exec's cost per run of a no-op program, --jobs 1
+EXEC_THROUGHPUT_TARGET = 0.8        # faultline exec's throughput vs the shell loops, --jobs = cores
 
 
 def _load_alloc_ratios():
@@ -790,6 +798,83 @@ def overhead(rec, raw):
     rec.table(["", "ms per run", "overhead ms per run", "vs bare"], rows)
 
 
+def overhead_bench(rec, raw):
+    names = sorted((f for f in os.listdir(raw) if re.fullmatch(r"overhead-j\d+\.json", f)),
+                   key=lambda f: int(f[len("overhead-j"):-len(".json")])) if os.path.isdir(raw) else []
+    rec.out("## Harness overhead beside shell loops and ctest (ci/overhead.py)")
+    rec.out()
+    if not names:
+        rec.not_run("no overhead-jJ.json")
+        return
+    for name in names:
+        try:
+            o = json.loads(read_text(os.path.join(raw, name)))
+            jobs, rows = int(o["jobs"]), o["rows"]
+            by_arm = {r["arm"]: r for r in rows}
+        except (ValueError, KeyError, TypeError):
+            rec.fail("overhead", f"{name} unreadable")
+            rec.out(f"{name} unreadable.")
+            rec.out()
+            continue
+        rec.out(f"`--jobs {jobs}`, {o.get('runs', '?')} runs of a no-op program per arm and round, "
+                f"{o.get('rounds', '?')} rounds interleaved (median round; IQR):")
+        rec.out()
+        rec.table(["arm", "ms per run", "IQR", "overhead ms per run", "throughput vs loops"],
+                  [[r["arm"], num(r["ms_per_run"]), f"{num(r['q1'])}–{num(r['q3'])}",
+                    "-" if r.get("overhead_ms") is None else num(r["overhead_ms"]),
+                    "-" if r.get("throughput_vs_loop") is None else f"{r['throughput_vs_loop']:.2f}×"] for r in rows])
+        fl = by_arm.get("faultline")
+        if fl is None or fl.get("overhead_ms") is None:
+            continue
+        if jobs == 1:
+            met = fl["overhead_ms"] <= EXEC_OVERHEAD_TARGET_MS
+            rec.out(f"Target: `faultline exec` costs <= {EXEC_OVERHEAD_TARGET_MS:g} ms per run beside the loop: "
+                    f"{'MET' if met else 'NOT MET'} ({num(fl['overhead_ms'])} ms).")
+            if not met:
+                rec.fail("overhead", f"--jobs 1: {num(fl['overhead_ms'])} ms per run over the shell loop "
+                                     f"(target <= {EXEC_OVERHEAD_TARGET_MS:g})")
+        else:
+            met = fl["throughput_vs_loop"] >= EXEC_THROUGHPUT_TARGET
+            rec.out(f"Target: throughput >= {EXEC_THROUGHPUT_TARGET:g}× the loops': "
+                    f"{'MET' if met else 'NOT MET'} ({fl['throughput_vs_loop']:.2f}×).")
+            if not met:
+                rec.fail("overhead", f"--jobs {jobs}: throughput {fl['throughput_vs_loop']:.2f}x the shell loops' "
+                                     f"(target >= {EXEC_THROUGHPUT_TARGET:g}x)")
+        rec.out()
+
+
+def fidelity(rec, raw):
+    rec.out("## Fidelity: failure rates bare and under `faultline exec` (ci/fidelity.py)")
+    rec.out()
+    text = read_text(os.path.join(raw, "fidelity.json"))
+    if text is None:
+        rec.not_run("no fidelity.json")
+        return
+    try:
+        o = json.loads(text)
+        rows = o["rows"]
+        reference = o.get("reference", "bare-pipe")
+    except (ValueError, KeyError, TypeError):
+        rec.fail("fidelity", "fidelity.json unreadable")
+        rec.out("fidelity.json unreadable.")
+        rec.out()
+        return
+    rec.out(f"Interleaved round by round at `--jobs {o.get('jobs', '?')}`; the reference is `{reference}` "
+            "(output through a pipe, as CI captures it). A harness arm is faithful when its rate lies inside "
+            "the reference's 95% interval.")
+    rec.out()
+    table = []
+    for r in rows:
+        verdict = r.get("inside_reference_interval", r.get("inside_bare_interval"))
+        mark = {None: "", True: "yes", False: "**NO**"}[verdict]
+        table.append([f"`{r['program']}`", r["mode"], f"{r['failures']}/{r['runs']}",
+                      f"{100 * r['rate']:.1f}% ({100 * r['lower95']:.1f}–{100 * r['upper95']:.1f}%)", mark])
+        if verdict is False:
+            rec.fail("fidelity", f"{r['program']} under {r['mode']}: {r['failures']}/{r['runs']}, outside the "
+                                 f"{reference} interval")
+    rec.table(["program", "arm", "failed", "rate (95% CI)", "faithful"], table)
+
+
 def exit_efficiency(rec, raw):
     rec.out("## Exit races: runs to the first failure, without and with the amplifier")
     rec.out()
@@ -1022,7 +1107,7 @@ def record(raw):
     rec = Record()
     rec.device = machine(rec, raw)
     body_start = len(rec.lines)
-    for part in (tests, verify, benchmarks, overhead, exit_efficiency, rmm, sanitizer):
+    for part in (tests, verify, benchmarks, overhead, overhead_bench, fidelity, exit_efficiency, rmm, sanitizer):
         try:
             part(rec, raw)
         except Exception as e:  # a part this script could not read must not cost the others

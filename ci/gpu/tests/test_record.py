@@ -269,3 +269,39 @@ def test_a_random_case_where_the_pool_fails_is_a_failed_check(raw):
     md = record.record(str(raw))
     assert row(sub(md, "RMM's random"), ["1 MiB", "4"])[-1] == "**pool failed**"
     assert "alloc: random 1 MiB, 4 streams: the pool failed: out_of_memory: pool_resource" in closing(md)
+
+
+def test_overhead_beside_loops_is_judged_against_both_targets(raw):
+    # data/overhead-j1.json and -j16.json: ci/overhead.py on an H200 machine (16 cores), 2026-11-25.
+    md = record.record(str(raw))
+    text = section(md, "Harness overhead beside shell loops")
+    assert row(text, ["faultline"])[1] == "2.16"
+    assert "<= 0.5 ms per run beside the loop: NOT MET (1.60 ms)" in text
+    assert "throughput >= 0.8× the loops': NOT MET (0.04×)" in text
+    assert "--jobs 1: 1.60 ms per run over the shell loop" in closing(md)
+    # A faster harness meets the target and leaves the closing list.
+    j1 = json.loads((raw / "overhead-j1.json").read_text())
+    for r in j1["rows"]:
+        if r["arm"] == "faultline":
+            r["overhead_ms"] = 0.3
+    (raw / "overhead-j1.json").write_text(json.dumps(j1))
+    md = record.record(str(raw))
+    assert "beside the loop: MET (0.300 ms)" in section(md, "Harness overhead beside shell loops")
+    assert "--jobs 1:" not in closing(md)
+
+
+def test_fidelity_rows_outside_the_pipe_interval_are_failed_checks(raw):
+    # data/fidelity.json: ci/fidelity.py on an H200 machine at --jobs 6, 2026-11-25: all faithful.
+    md = record.record(str(raw))
+    text = section(md, "Fidelity")
+    assert row(text, ["`rmm_client_2604 --streams 4 --detached-worker`", "default"])[2:] == [
+        "20/60", "33.3% (22.7–45.9%)", "yes"]
+    assert "fidelity" not in closing(md)
+    f = json.loads((raw / "fidelity.json").read_text())
+    for r in f["rows"]:
+        if r["mode"] == "default" and r["program"].startswith("rmm_client"):
+            r["failures"], r["rate"], r["inside_reference_interval"] = 5, 5 / 60, False
+    (raw / "fidelity.json").write_text(json.dumps(f))
+    md = record.record(str(raw))
+    assert "**NO**" in section(md, "Fidelity")
+    assert "under default: 5/60, outside the bare-pipe interval" in closing(md)
