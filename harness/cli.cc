@@ -108,7 +108,7 @@ struct raw_args {
   std::uint64_t repeat = 1;
   std::string timeout, grace = "1s", seed, out = "faultline-out", shard, faults, stacks = "auto";
   std::uint64_t jobs = 1;
-  std::uint64_t log_limit = default_log_limit_bytes;
+  std::string log_limit = "4MiB";
   std::string keep = "failures";
   std::string crash = "auto";
   bool json = false, until_fail = false, no_stacks = false, all = false, no_preload = false, resume = false;
@@ -149,11 +149,29 @@ struct usage_error {
 
 // A run's output reaches its log through a pipe (output_capture.h); past the limit the log keeps
 // its head and tail.
-void add_log_limit(CLI::App* sub, std::uint64_t& limit) {
+void add_log_limit(CLI::App* sub, std::string& limit) {
   sub->add_option("--log-limit", limit,
                   "bound on each run's log, e.g. 512KiB, 16MiB, 0 for none (default 4MiB): past it the log keeps "
-                  "its first and last halves and says how much was dropped between them")
-      ->transform(CLI::AsSizeValue(false));
+                  "its first and last halves and says how much was dropped between them");
+}
+
+// "4MiB", "512k", "0": bytes (k, KiB, kB and the like all count 1024).
+std::uint64_t parse_log_limit(const std::string& text) {
+  std::string value = text;
+  if (value.empty() || value.find('-') != std::string::npos)
+    throw usage_error{"--log-limit '" + text + "': expected a size such as 4MiB, 512KiB or 0"};
+  std::string why;
+  try {
+    why = CLI::AsSizeValue(false)(value);  // rewrites `value` into bytes
+  } catch (const CLI::Error& e) {  // a product past 64 bits
+    why = e.what();
+  }
+  std::uint64_t bytes = 0;
+  auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), bytes);
+  if (!why.empty() || ec != std::errc() || p != value.data() + value.size())
+    throw usage_error{"--log-limit '" + text + "': expected a size such as 4MiB, 512KiB or 0" +
+                      (why.empty() ? std::string() : " (" + why + ")")};
+  return bytes;
 }
 
 void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
@@ -258,7 +276,7 @@ settings resolve(const raw_args& a, std::uint64_t default_repeat) {
   auto g = parse_duration(a.grace);
   if (!g) throw usage_error{"--grace: " + g.error().message()};
   s.grace = *g;
-  s.log_limit = a.log_limit;
+  s.log_limit = parse_log_limit(a.log_limit);
   if (a.jobs > max_jobs)
     throw usage_error{"--jobs " + std::to_string(a.jobs) + ": at most " + std::to_string(max_jobs) + " runs at once"};
   s.jobs = static_cast<unsigned>(a.jobs);
@@ -555,7 +573,7 @@ struct soak_args {
   std::string budget, out = "faultline-soak", seed, shard, report_every = "5m", keep = "failures", stacks = "auto",
                       crash = "auto", grace = "1s";
   std::uint64_t jobs = 1;
-  std::uint64_t log_limit = default_log_limit_bytes;
+  std::string log_limit = "4MiB";
   double timeout_scale = 1.0;
   bool resume = false, json = false, no_stacks = false;
   std::vector<std::string> env;
@@ -574,7 +592,7 @@ int cmd_soak(const soak_args& a, cli_context& ctx) {
   auto grace = parse_duration(a.grace);
   if (!grace) throw usage_error{"--grace: " + grace.error().message()};
   o.grace = *grace;
-  o.log_limit_bytes = a.log_limit;
+  o.log_limit_bytes = parse_log_limit(a.log_limit);
   if (a.jobs > max_jobs) throw usage_error{"--jobs " + std::to_string(a.jobs) + ": at most " + std::to_string(max_jobs) + " runs at once"};
   o.jobs = static_cast<unsigned>(a.jobs);
   if (!(a.timeout_scale > 0) || a.timeout_scale > 1000) throw usage_error{"--timeout-scale must be in (0, 1000]"};

@@ -69,6 +69,12 @@ TEST(cli, rejects_an_unknown_stack_method) {
   expect_usage_error({"exec", "--stacks", "psychic", "--", "true"}, "expected auto, gdb, eu-stack, libdwfl, agent, proc or none");
 }
 
+TEST(cli, rejects_a_log_limit_that_is_not_a_size) {
+  expect_usage_error({"exec", "--log-limit", "abc", "--", "true"}, "--log-limit 'abc': expected a size");
+  expect_usage_error({"exec", "--log-limit", "-5", "--", "true"}, "--log-limit '-5': expected a size");
+  expect_usage_error({"soak", "--budget", "1m", "--log-limit", "-1MiB"}, "--log-limit '-1MiB': expected a size");
+}
+
 TEST(cli, rejects_more_jobs_than_it_can_run_at_once) {
   expect_usage_error({"exec", "--jobs", "100000", "--", "true"}, "--jobs 100000: at most 1024 runs at once");
   expect_usage_error({"run", "--all", "--jobs", "1025"}, "--jobs 1025: at most 1024 runs at once");
