@@ -37,6 +37,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using testing::run_faultline;
+using testing::eventually;
 
 std::map<std::string, std::string> fake_env() {
   return {{"FAULTLINE_SCENARIOS", testing::program("faultline-fake-scenarios").string()}};
@@ -45,15 +46,6 @@ std::map<std::string, std::string> fake_env() {
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds bound) {
-  const auto deadline = std::chrono::steady_clock::now() + bound;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-  return true;
 }
 
 std::vector<run_record> records(const fs::path& out) {

@@ -33,6 +33,7 @@ namespace {
 namespace fs = std::filesystem;
 namespace harness = faultline::harness;
 namespace testing_util = faultline::harness::testing;
+using testing_util::eventually;
 using namespace std::chrono_literals;
 
 const std::vector<std::string> counter_space = {"fake/noise=1..50%delay(1us..1ms)"};
@@ -51,15 +52,6 @@ std::vector<harness::run_record> records(const fs::path& dir) {
 nlohmann::json state_of(const fs::path& dir) {
   std::ifstream in(dir / "soak.json");
   return nlohmann::json::parse(in, nullptr, false);
-}
-
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds bound) {
-  const auto deadline = std::chrono::steady_clock::now() + bound;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-  return true;
 }
 
 // Starts `prefix... faultline soak ARGS` in the background, its output in OUT_DIR/../NAME.{out,err}.

@@ -89,6 +89,15 @@ std::vector<pid_t> processes_of_run(const fs::path& run_dir) {
   return out;
 }
 
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds bound) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
 std::vector<std::string> read_lines(const fs::path& file) {
   std::vector<std::string> out;
   std::ifstream in(file);

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -49,6 +50,9 @@ bool alive(pid_t pid);
 
 /// Live processes whose environment has FAULTLINE_RUN_DIR=`run_dir` (they belong to that run).
 std::vector<pid_t> processes_of_run(const std::filesystem::path& run_dir);
+
+/// Polls `pred` every 20 ms until it holds (true) or `bound` has passed (false).
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds bound);
 
 /// The lines of a file.
 std::vector<std::string> read_lines(const std::filesystem::path& file);
