@@ -33,7 +33,6 @@ struct output_capture::state {
   // finish()'s request, read by the drain thread once woken.
   std::mutex mu;
   std::chrono::steady_clock::time_point deadline{};
-  bool finishing = false;
   bool finished = false;
   std::chrono::milliseconds grace{0};
 
@@ -180,7 +179,6 @@ output_stats output_capture::finish(std::chrono::milliseconds grace) {
   {
     std::lock_guard lock(s_->mu);
     if (s_->finished) return s_->stats;
-    s_->finishing = true;
     s_->grace = grace;
     s_->deadline = std::chrono::steady_clock::now() + grace;
   }
