@@ -4,6 +4,7 @@
 #include <linux/sched.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -26,494 +27,20 @@
 
 #include "harness/detail/proc.h"
 #include "harness/detail/sys.h"
+#include "harness/keeper.h"
 
 namespace faultline::harness {
 namespace {
 
 using namespace std::chrono_literals;
-
-// ---------------------------------------------------------------------------------------------
-// The keeper's side. A keeper is a clone3 child of a multi-threaded process that never execs:
-// another thread may have held any lock (malloc's, stdio's, a sanitizer's) at the moment of the
-// clone, so from there on only system calls run — through syscall(2) directly, so that no libc or
-// sanitizer wrapper can take a lock — on memory prepared before the clone (the keeper_plan).
-// ---------------------------------------------------------------------------------------------
-
-// What a keeper reports on its socket (SOCK_SEQPACKET: one record per message).
-struct keeper_message {
-  std::int32_t kind;
-  std::int32_t value;  // errno for exec_failed, the wait status for exited
-  std::int32_t pid;    // the program's pid as the harness sees it (started)
-};
-constexpr std::int32_t msg_started = 1;      // the program exec'd; its pidfd rides along
-constexpr std::int32_t msg_exec_failed = 2;  // it could not: errno in value
-constexpr std::int32_t msg_exited = 3;       // the program's wait status in value
-
-// Everything a keeper and its program need, prepared by the harness before the clone.
-struct keeper_plan {
-  bool pid_namespace = false;
-  int socket_fd = -1;    // the keeper's end of the report socket
-  int lifeline_fd = -1;  // read end of the lifeline
-  int sync_fd = -1;      // user namespace: one byte arrives once the id maps are written
-  int null_fd = -1;      // /dev/null, read-write
-  int stdout_fd = -1;
-  int stderr_fd = -1;
-  int cgroup_procs_fd = -1;  // the run's cgroup.procs (the program writes itself into it)
-  int cgroup_kill_fd = -1;   // the run's cgroup.kill
-  const char* cgroup_dir = nullptr;
-  const int* keep_fds = nullptr;
-  std::size_t keep_count = 0;
-  bool new_process_group = true;
-  const char* path = nullptr;
-  const char* cwd = nullptr;  // chdir here before exec (nullptr: stay)
-  char* const* argv = nullptr;
-  char* const* envp = nullptr;
-};
-
-// The kernel's struct sigaction (x86-64, arm64 and the other generic layouts) and sigset size.
-struct kernel_sigaction {
-  void (*handler)(int);
-  unsigned long flags;
-  void (*restorer)();
-  std::uint64_t mask;
-};
-constexpr unsigned long kernel_sigset_bytes = 8;
-
-long sys(long nr, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0) {
-  return ::syscall(nr, a, b, c, d, e);
-}
-long arg(const void* p) { return reinterpret_cast<long>(p); }
-
-[[noreturn]] void sys_exit(int code) {
-  for (;;) sys(SYS_exit_group, code);
-}
-
-long sys_read(int fd, void* buf, std::size_t n) {
-  long r;
-  do r = sys(SYS_read, fd, arg(buf), static_cast<long>(n));
-  while (r < 0 && errno == EINTR);
-  return r;
-}
-
-void sys_write_all(int fd, const void* buf, std::size_t n) {
-  const char* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    long r = sys(SYS_write, fd, arg(p), static_cast<long>(n));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return;
-    p += r;
-    n -= static_cast<std::size_t>(r);
-  }
-}
-
-void sys_sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-  sys(SYS_ppoll, 0, 0, arg(&ts), 0, 0);
-}
-
-// Parses a decimal number at p (advancing p); -1 when there is none.
-long parse_number(const char*& p, const char* end) {
-  while (p < end && (*p < '0' || *p > '9')) ++p;
-  if (p == end) return -1;
-  long v = 0;
-  while (p < end && *p >= '0' && *p <= '9') v = v * 10 + (*p++ - '0');
-  return v;
-}
-
-// "prefix" + n into buf (for /proc paths). No allocation.
-void format_path(char* buf, std::size_t size, const char* prefix, long n, const char* suffix) {
-  std::size_t i = 0;
-  for (const char* s = prefix; *s && i + 1 < size; ++s) buf[i++] = *s;
-  char digits[24];
-  int k = 0;
-  do digits[k++] = static_cast<char>('0' + n % 10);
-  while ((n /= 10) > 0 && k < 23);
-  while (k > 0 && i + 1 < size) buf[i++] = digits[--k];
-  for (const char* s = suffix; *s && i + 1 < size; ++s) buf[i++] = *s;
-  buf[i] = '\0';
-}
-
-bool plan_keeps(const keeper_plan& p, int fd) {
-  if (fd == p.socket_fd || fd == p.lifeline_fd || fd == p.sync_fd || fd == p.null_fd || fd == p.stdout_fd ||
-      fd == p.stderr_fd || fd == p.cgroup_procs_fd || fd == p.cgroup_kill_fd)
-    return true;
-  for (std::size_t i = 0; i < p.keep_count; ++i)
-    if (p.keep_fds[i] == fd) return true;
-  return false;
-}
-
-// Calls close_if(fd) on every open descriptor and closes those it says to (no allocation).
-template <class F>
-void close_fds_where(F close_if) {
-  auto consider = [&](int fd) {
-    if (close_if(fd)) sys(SYS_close, fd);
-  };
-  int dir = static_cast<int>(sys(SYS_openat, AT_FDCWD, arg("/proc/self/fd"), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir < 0) {
-    for (int fd = 0; fd < 65536; ++fd) consider(fd);
-    return;
-  }
-  alignas(8) char buf[4096];
-  for (;;) {
-    long n = sys(SYS_getdents64, dir, arg(buf), sizeof buf);
-    if (n <= 0) break;
-    for (long off = 0; off < n;) {
-      // struct linux_dirent64 { u64 d_ino; s64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
-      unsigned short reclen;
-      std::memcpy(&reclen, buf + off + 16, sizeof reclen);
-      const char* name = buf + off + 19;
-      off += reclen;
-      if (name[0] < '0' || name[0] > '9') continue;
-      const char* q = name;
-      int fd = static_cast<int>(parse_number(q, name + 16));
-      if (fd != dir) consider(fd);
-    }
-  }
-  sys(SYS_close, dir);
-}
-
-// At the keeper's start: closes every close-on-exec descriptor it inherited from the harness
-// except its own — above all the lifeline's write end (else the lifeline could never report
-// EOF) and other runs' sockets and pipes (else their readers would wait for this keeper).
-// Inheritable descriptors stay, for the program, as posix_spawn would pass them.
-void close_foreign_fds(const keeper_plan& p) {
-  close_fds_where([&](int fd) {
-    if (plan_keeps(p, fd)) return false;
-    long flags = sys(SYS_fcntl, fd, F_GETFD);
-    return flags >= 0 && (flags & FD_CLOEXEC) != 0;
-  });
-}
-
-// Once the program has exec'd: the keeper drops everything it held only for the program (its
-// output pipes among them, whose readers wait for EOF), keeping what it watches.
-void close_program_fds(const keeper_plan& p, int sigfd) {
-  close_fds_where([&](int fd) {
-    return fd != p.socket_fd && fd != p.lifeline_fd && fd != p.cgroup_kill_fd && fd != sigfd;
-  });
-}
-
-void send_message(int sock, std::int32_t kind, std::int32_t value, std::int32_t pid, int pass_fd) {
-  keeper_message m{kind, value, pid};
-  iovec iov{&m, sizeof m};
-  msghdr h{};
-  h.msg_iov = &iov;
-  h.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (pass_fd >= 0) {
-    h.msg_control = control;
-    h.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&h);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-  }
-  long r;
-  do r = sys(SYS_sendmsg, sock, arg(&h), MSG_NOSIGNAL);
-  while (r < 0 && errno == EINTR);
-}
-
-// The pid behind a pidfd as /proc (the harness's view) numbers it: "Pid:" in its fdinfo.
-std::int32_t host_pid_of(int pidfd) {
-  char path[64];
-  format_path(path, sizeof path, "/proc/self/fdinfo/", pidfd, "");
-  int fd = static_cast<int>(sys(SYS_openat, AT_FDCWD, arg(path), O_RDONLY | O_CLOEXEC));
-  if (fd < 0) return -1;
-  char buf[1024];
-  long n = sys_read(fd, buf, sizeof buf - 1);
-  sys(SYS_close, fd);
-  if (n <= 0) return -1;
-  buf[n] = '\0';
-  for (const char* p = buf; *p; ++p) {
-    if ((p == buf || p[-1] == '\n') && std::strncmp(p, "Pid:", 4) == 0) {
-      const char* q = p + 4;
-      while (*q == ' ' || *q == '\t') ++q;
-      if (*q == '-') return -1;
-      return static_cast<std::int32_t>(parse_number(q, buf + n));
-    }
-  }
-  return -1;
-}
-
-// Puts `from` on descriptor `to` for exec (dup onto itself only clears close-on-exec).
-void place_fd(int from, int to) {
-  if (from == to) sys(SYS_fcntl, to, F_SETFD, 0);
-  else sys(SYS_dup3, from, to, 0);
-}
-
-// The program: from the keeper's clone3 to execve. Reports an exec failure's errno on err_fd.
-[[noreturn]] void program_main(const keeper_plan& p, int err_fd, long keeper_pid) {
-  if (!p.pid_namespace) {
-    // SIGKILL when the keeper dies; and if it died before this line, go now.
-    sys(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL);
-    if (sys(SYS_getppid) != keeper_pid) sys_exit(127);
-  }
-  // Best effort: without the cgroup the keeper's kill loop still ends the tree.
-  if (p.cgroup_procs_fd >= 0) sys_write_all(p.cgroup_procs_fd, "0", 1);
-  if (p.new_process_group) sys(SYS_setpgid, 0, 0);
-  place_fd(p.null_fd, 0);
-  place_fd(p.stdout_fd >= 0 ? p.stdout_fd : p.null_fd, 1);
-  place_fd(p.stderr_fd >= 0 ? p.stderr_fd : 1, 2);
-  for (std::size_t i = 0; i < p.keep_count; ++i) sys(SYS_fcntl, p.keep_fds[i], F_SETFD, 0);
-  // Default dispositions (an ignored signal would stay ignored across exec), empty mask.
-  kernel_sigaction dfl{};
-  for (int sig = 1; sig < 65; ++sig)
-    if (sig != SIGKILL && sig != SIGSTOP) sys(SYS_rt_sigaction, sig, arg(&dfl), 0, kernel_sigset_bytes);
-  std::uint64_t none = 0;
-  sys(SYS_rt_sigprocmask, SIG_SETMASK, arg(&none), 0, kernel_sigset_bytes);
-  if (p.cwd != nullptr && sys(SYS_chdir, arg(p.cwd)) != 0) {
-    int err = errno;
-    sys_write_all(err_fd, &err, sizeof err);
-    sys_exit(127);
-  }
-  sys(SYS_execve, arg(p.path), arg(p.argv), arg(p.envp));
-  int err = errno;
-  sys_write_all(err_fd, &err, sizeof err);
-  sys_exit(127);
-}
-
-// Calls f(pid) for each child of the calling (single-threaded) process.
-template <class F>
-void for_each_child(F f) {
-  char buf[4096];
-  int fd = static_cast<int>(sys(SYS_openat, AT_FDCWD, arg("/proc/thread-self/children"), O_RDONLY | O_CLOEXEC));
-  if (fd >= 0) {
-    long carry = -1;  // a number cut by the end of the buffer
-    for (;;) {
-      long n = sys_read(fd, buf, sizeof buf);
-      if (n <= 0) break;
-      const char* q = buf;
-      const char* end = buf + n;
-      if (carry >= 0) {
-        while (q < end && *q >= '0' && *q <= '9') carry = carry * 10 + (*q++ - '0');
-        if (q == end) continue;
-        f(static_cast<pid_t>(carry));
-        carry = -1;
-      }
-      for (;;) {
-        long v = parse_number(q, end);
-        if (v < 0) break;
-        if (q == end) {
-          carry = v;
-          break;
-        }
-        f(static_cast<pid_t>(v));
-      }
-    }
-    if (carry >= 0) f(static_cast<pid_t>(carry));
-    sys(SYS_close, fd);
-    return;
-  }
-  // No CONFIG_PROC_CHILDREN: every process whose stat names us as parent.
-  const long self = sys(SYS_getpid);
-  int dir = static_cast<int>(sys(SYS_openat, AT_FDCWD, arg("/proc"), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir < 0) return;
-  alignas(8) char ents[4096];
-  for (;;) {
-    long n = sys(SYS_getdents64, dir, arg(ents), sizeof ents);
-    if (n <= 0) break;
-    for (long off = 0; off < n;) {
-      unsigned short reclen;
-      std::memcpy(&reclen, ents + off + 16, sizeof reclen);
-      const char* name = ents + off + 19;
-      off += reclen;
-      if (name[0] < '0' || name[0] > '9') continue;
-      const char* q = name;
-      long pid = parse_number(q, name + 16);
-      char path[64];
-      format_path(path, sizeof path, "/proc/", pid, "/stat");
-      int sfd = static_cast<int>(sys(SYS_openat, AT_FDCWD, arg(path), O_RDONLY | O_CLOEXEC));
-      if (sfd < 0) continue;
-      long len = sys_read(sfd, buf, sizeof buf - 1);
-      sys(SYS_close, sfd);
-      if (len <= 0) continue;
-      // "pid (comm) S ppid ...": comm may hold anything, so look after the last ')'.
-      const char* close_paren = nullptr;
-      for (const char* c = buf; c < buf + len; ++c)
-        if (*c == ')') close_paren = c;
-      if (close_paren == nullptr) continue;
-      const char* r = close_paren + 3;  // ") S "
-      if (r < buf + len && parse_number(r, buf + len) == self) f(static_cast<pid_t>(pid));
-    }
-  }
-  sys(SYS_close, dir);
-}
-
-// Keeper without a namespace: kill the run's tree. Every orphan of the run is our child (we are
-// its subreaper), so SIGKILL every child, reap, and repeat until none is left; cgroup.kill first
-// catches at once what a fork would otherwise keep adding.
-void end_tree(const keeper_plan& p) {
-  if (p.cgroup_kill_fd >= 0) sys_write_all(p.cgroup_kill_fd, "1", 1);
-  for (int round = 0; round < 2000; ++round) {  // ~10 s: only a process stuck in the kernel stays
-    for_each_child([](pid_t pid) { sys(SYS_kill, pid, SIGKILL); });
-    int status;
-    long w;
-    while ((w = sys(SYS_wait4, -1, arg(&status), WNOHANG | __WALL, 0)) > 0) {
-    }
-    if (w < 0 && errno == ECHILD) break;
-    sys_sleep_ms(5);
-  }
-  if (p.cgroup_dir != nullptr) sys(SYS_unlinkat, AT_FDCWD, arg(p.cgroup_dir), AT_REMOVEDIR);
-}
-
-// vfork in a frame of its own: the child runs below it and never returns from it, so no local
-// of the caller is shared with the child.
-[[gnu::noinline]] long start_program(const keeper_plan& p, int err_fd, long keeper_pid) {
-  long pid = ::vfork();
-  if (pid == 0) program_main(p, err_fd, keeper_pid);
-  return pid;
-}
-
-int sigchld_fd() {
-  std::uint64_t chld = std::uint64_t{1} << (SIGCHLD - 1);
-  return static_cast<int>(sys(SYS_signalfd4, -1, arg(&chld), kernel_sigset_bytes, SFD_CLOEXEC | SFD_NONBLOCK));
-}
-
-// Replaces the harness's stdio (a reader of the harness's output waits for EOF from everyone
-// holding it) with /dev/null, except descriptors the plan keeps for the program.
-void detach_stdio(const keeper_plan& p) {
-  int null_fd = p.null_fd >= 0 ? p.null_fd
-                               : static_cast<int>(sys(SYS_openat, AT_FDCWD, arg("/dev/null"), O_RDWR | O_CLOEXEC));
-  for (int fd = 0; fd < 3; ++fd)
-    if (!plan_keeps(p, fd) && null_fd >= 0) place_fd(null_fd, fd);
-  if (p.null_fd < 0 && null_fd > 2) sys(SYS_close, null_fd);
-}
-
-[[noreturn]] void keeper_main(const keeper_plan& p) {
-  close_foreign_fds(p);
-  sys(SYS_prctl, PR_SET_NAME, arg("faultline-keep"));
-  // The harness blocked every signal around the clone: the keeper keeps them blocked (it is
-  // never interrupted) and takes SIGCHLD through a signalfd. SIGCHLD must not be ignored, or the
-  // program would be reaped by the kernel before its status is read.
-  kernel_sigaction dfl{};
-  sys(SYS_rt_sigaction, SIGCHLD, arg(&dfl), 0, kernel_sigset_bytes);
-  const int sigfd = sigchld_fd();
-  detach_stdio(p);
-  if (!p.pid_namespace) {
-    // Its own process group, so that a kill of the harness's group leaves it to end the run;
-    // and the reaper of every orphan of the run.
-    sys(SYS_setpgid, 0, 0);
-    sys(SYS_prctl, PR_SET_CHILD_SUBREAPER, 1);
-  }
-  if (p.sync_fd >= 0) {
-    char go = 0;
-    if (sys_read(p.sync_fd, &go, 1) != 1) sys_exit(1);  // the harness could not map our ids
-    sys(SYS_close, p.sync_fd);
-  }
-
-  int err_pipe[2];
-  if (sys(SYS_pipe2, arg(err_pipe), O_CLOEXEC) != 0) {
-    send_message(p.socket_fd, msg_exec_failed, errno, -1, -1);
-    sys_exit(0);
-  }
-  const long self = sys(SYS_getpid);
-  // vfork: the keeper is single-threaded, so, as posix_spawn does, the program borrows its
-  // memory until exec instead of copying its page tables (a fork-like clone here would cost
-  // the program hundreds of microseconds of start-up). The child only makes system calls and
-  // never returns from this frame.
-  long program = start_program(p, err_pipe[1], self);
-  if (program < 0) {
-    send_message(p.socket_fd, msg_exec_failed, errno, -1, -1);
-    sys_exit(0);
-  }
-  // Our child, not reaped yet: the pid cannot have been reused.
-  int pidfd = static_cast<int>(sys(SYS_pidfd_open, program, 0));
-  sys(SYS_close, err_pipe[1]);
-  int exec_errno = 0;
-  long got = sys_read(err_pipe[0], &exec_errno, sizeof exec_errno);
-  sys(SYS_close, err_pipe[0]);
-  if (got == static_cast<long>(sizeof exec_errno)) {
-    int status;
-    while (sys(SYS_wait4, program, arg(&status), __WALL, 0) < 0 && errno == EINTR) {
-    }
-    send_message(p.socket_fd, msg_exec_failed, exec_errno, -1, -1);
-    sys_exit(0);
-  }
-  // Out of the program's way on the CPUs: a task that has just been created carries a full
-  // load weight, and its blocked load stays on its CPU's runqueue while it sleeps (decaying over
-  // tens of milliseconds), so the scheduler would place the program's threads as if that CPU
-  // were busy — measured: with a freshly created sleeper beside it, a program's main thread and
-  // its spinning worker shared a CPU after a 5 ms sleep in 4 of 300 runs, against 181 of 300
-  // bare, which changes how an exit race resolves on a small machine. As SCHED_IDLE the
-  // keeper's weight is ~0 (158 of 300). Only now: the program, created above, must not inherit
-  // the policy (an unprivileged process cannot leave SCHED_IDLE).
-  struct sched_param idle_param {};
-  sys(SYS_sched_setscheduler, 0, SCHED_IDLE, arg(&idle_param));
-  // The program is our child and not reaped yet, so its pidfd still names it.
-  std::int32_t host_pid = host_pid_of(pidfd);
-  if (host_pid <= 0 && !p.pid_namespace) host_pid = static_cast<std::int32_t>(program);
-  send_message(p.socket_fd, msg_started, 0, host_pid, pidfd);
-  sys(SYS_close, pidfd);
-  close_program_fds(p, sigfd);
-
-  for (;;) {
-    pollfd fds[3] = {{p.socket_fd, POLLIN, 0}, {p.lifeline_fd, POLLIN, 0}, {sigfd, POLLIN, 0}};
-    struct timespec tick = {0, 20 * 1000000};  // only without a signalfd
-    long r = sys(SYS_ppoll, arg(fds), sigfd >= 0 ? 3 : 2, sigfd >= 0 ? 0 : arg(&tick), 0, 0);
-    if (r < 0 && errno != EINTR) break;
-    if (sigfd >= 0 && fds[2].revents != 0) {
-      signalfd_siginfo info[8];
-      while (sys_read(sigfd, info, sizeof info) > 0) {
-      }
-    }
-    int status;
-    long w;
-    while ((w = sys(SYS_wait4, -1, arg(&status), WNOHANG | __WALL, 0)) > 0)
-      if (w == program) send_message(p.socket_fd, msg_exited, status, host_pid, -1);
-    // The harness closed the socket (the run is over) or died (the lifeline's EOF).
-    if (fds[0].revents != 0 || fds[1].revents != 0) break;
-  }
-  // In a PID namespace the kernel kills everything left when pid 1 exits.
-  if (!p.pid_namespace) end_tree(p);
-  sys_exit(0);
-}
-
-// A pooled keeper: pid 1 of its own PID namespace, lent to one run after another. The harness
-// spawns each program into the namespace itself (setns), so the keeper creates nothing: it only
-// reaps the orphans it inherits and exits when the lifeline reports EOF (the harness died) —
-// and the kernel then kills every process in the namespace. It is SCHED_IDLE before anything
-// else and never runs while a program runs (unless one of its orphans exits).
-[[noreturn]] void pooled_keeper_main(const keeper_plan& p) {
-  struct sched_param idle_param {};
-  sys(SYS_sched_setscheduler, 0, SCHED_IDLE, arg(&idle_param));
-  // It starts no program: it keeps nothing of the harness's but the lifeline.
-  close_fds_where([&](int fd) { return fd != p.lifeline_fd; });
-  sys(SYS_prctl, PR_SET_NAME, arg("faultline-keep"));
-  kernel_sigaction dfl{};
-  sys(SYS_rt_sigaction, SIGCHLD, arg(&dfl), 0, kernel_sigset_bytes);
-  const int sigfd = sigchld_fd();
-  detach_stdio(p);
-  for (;;) {
-    pollfd fds[2] = {{p.lifeline_fd, POLLIN, 0}, {sigfd, POLLIN, 0}};
-    struct timespec tick = {0, 20 * 1000000};  // only without a signalfd
-    long r = sys(SYS_ppoll, arg(fds), sigfd >= 0 ? 2 : 1, sigfd >= 0 ? 0 : arg(&tick), 0, 0);
-    if (r < 0 && errno != EINTR) break;
-    if (fds[0].revents != 0) break;
-    if (sigfd >= 0 && fds[1].revents != 0) {
-      signalfd_siginfo info[8];
-      while (sys_read(sigfd, info, sizeof info) > 0) {
-      }
-    }
-    int status;
-    while (sys(SYS_wait4, -1, arg(&status), WNOHANG | __WALL, 0) > 0) {
-    }
-  }
-  sys_exit(0);
-}
-
-// A clone3 child that only exits, after the harness's byte on sync_fd when there is one: does
-// the kernel let us create a process with these flags?
-[[noreturn]] void probe_main(int sync_fd) {
-  if (sync_fd >= 0) {
-    char go = 0;
-    sys_read(sync_fd, &go, 1);
-  }
-  sys_exit(0);
-}
-
-// ---------------------------------------------------------------------------------------------
-// The harness's side.
-// ---------------------------------------------------------------------------------------------
+using keeper::keeper_main;
+using keeper::msg_exec_failed;
+using keeper::msg_exited;
+using keeper::msg_started;
+using keeper::pooled_keeper_main;
+using keeper::probe_main;
+using keeper_message = keeper::message;
+using keeper_plan = keeper::plan;
 
 // The lifeline: the harness holds the write end for its whole life and never writes; every
 // keeper holds a read end. Both ends close-on-exec. Made once, never closed.
@@ -600,6 +127,106 @@ cloned clone_child(std::uint64_t flags, ChildMain&& child_main) {
     out.error = errno;
     return static_cast<pid_t>(r);
   });
+  return out;
+}
+
+// The keeper program to exec: FAULTLINE_KEEPER's path, else faultline-keeper beside the running
+// executable; empty where keepers are cloned instead (FAULTLINE_KEEPER=clone, or no such program).
+const std::string& keeper_program() {
+  static const std::string path = []() -> std::string {
+    const char* env = std::getenv(keeper_env);
+    if (env != nullptr && *env != '\0') return std::strcmp(env, "clone") == 0 ? std::string() : std::string(env);
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) return {};
+    const auto candidate = exe.parent_path() / "faultline-keeper";
+    return ::access(candidate.c_str(), X_OK) == 0 ? candidate.string() : std::string();
+  }();
+  return path;
+}
+
+// What the child of spawn_keeper_program needs; it shares the harness's memory until its exec.
+struct keeper_exec {
+  const char* path = nullptr;
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  const int* inherit = nullptr;  // descriptors the keeper gets (close-on-exec cleared)
+  std::size_t inherit_count = 0;
+  int error = 0;  // the exec's errno, written by the child
+};
+
+// The child of spawn_keeper_program, on a stack of its own in the harness's memory while the
+// calling thread waits (CLONE_VFORK): as posix_spawn's child, it only makes system calls.
+int keeper_exec_child(void* arg) {
+  auto* k = static_cast<keeper_exec*>(arg);
+  struct kernel_sigaction {
+    void (*handler)(int);
+    unsigned long flags;
+    void (*restorer)();
+    std::uint64_t mask;
+  } dfl{};
+  // Handlers reset at exec anyway; an ignored signal would stay ignored.
+  for (int sig = 1; sig < 65; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, 8);
+  for (std::size_t i = 0; i < k->inherit_count; ++i) ::syscall(SYS_fcntl, k->inherit[i], F_SETFD, 0);
+  ::syscall(SYS_execve, k->path, k->argv, k->envp);
+  k->error = errno;
+  for (;;) ::syscall(SYS_exit_group, 127);
+}
+
+// Starts the keeper program for `plan` the way posix_spawn starts a program (CLONE_VM |
+// CLONE_VFORK: no copy of the harness's page tables, which a fork-like clone of this
+// multi-threaded process costs, with its mmap lock held against every other thread), every signal
+// blocked across it and the child recorded as the harness's own.
+cloned spawn_keeper_program(const std::string& path, const keeper_plan& plan) {
+  cloned out;
+  // The program's environment, on a descriptor the keeper reads (keeper_arguments says why).
+  const std::string env = keeper::environment_block(plan.envp);
+  int env_fd = static_cast<int>(::syscall(SYS_memfd_create, "faultline-keeper-env", MFD_CLOEXEC));
+  if (env_fd < 0 || !detail::write_all(env_fd, env, "environment") || ::lseek(env_fd, 0, SEEK_SET) != 0) {
+    out.error = errno != 0 ? errno : EIO;
+    close_fd(env_fd);
+    return out;
+  }
+  std::vector<std::string> args = keeper::keeper_arguments(plan, env_fd);
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(path.c_str()));
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<int> inherit;
+  for (int fd : {plan.socket_fd, plan.lifeline_fd, plan.null_fd, plan.stdout_fd, plan.stderr_fd, plan.cgroup_procs_fd,
+                 plan.cgroup_kill_fd})
+    if (fd >= 0) inherit.push_back(fd);
+  for (std::size_t i = 0; i < plan.keep_count; ++i) inherit.push_back(plan.keep_fds[i]);
+  inherit.push_back(env_fd);
+  char* no_environment[] = {nullptr};
+  keeper_exec k;
+  k.path = path.c_str();
+  k.argv = argv.data();
+  k.envp = no_environment;
+  k.inherit = inherit.data();
+  k.inherit_count = inherit.size();
+  constexpr std::size_t stack_bytes = 64 * 1024;
+  auto stack = std::make_unique<unsigned char[]>(stack_bytes);
+  void* top = stack.get() + stack_bytes;
+  signals_blocked blocked;
+  out.pid = start_owned([&]() -> pid_t {
+    const int pid = ::clone(keeper_exec_child, top, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &k, &out.pidfd);
+    if (pid < 0) {
+      out.error = errno;
+      return -1;
+    }
+    if (k.error != 0) {  // the exec failed: the child has exited
+      out.error = k.error;
+      int status;
+      while (::waitpid(pid, &status, __WALL) < 0 && errno == EINTR) {
+      }
+      close_fd(out.pidfd);
+      return -1;
+    }
+    return pid;
+  });
+  close_fd(env_fd);
   return out;
 }
 
@@ -704,8 +331,29 @@ cgroup_home find_cgroup_home() {
   return {"", "no cgroup2 mount holds " + path};
 }
 
+// Removes the empty cgroups that harnesses killed before their exit left (faultline.PID.N of a
+// PID that no longer runs). A cgroup that still holds a process is not removed by rmdir.
+void sweep_stale_cgroups(const std::string& home) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(home, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("faultline.", 0) != 0) continue;
+    const auto dot = name.find('.', 10);
+    if (dot == std::string::npos) continue;
+    const std::string pid_text = name.substr(10, dot - 10);
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    const long pid = std::strtol(pid_text.c_str(), nullptr, 10);
+    if (pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    ::rmdir(e.path().c_str());
+  }
+}
+
 const cgroup_home& cgroups() {
-  static const cgroup_home home = find_cgroup_home();
+  static const cgroup_home home = [] {
+    cgroup_home h = find_cgroup_home();
+    if (!h.dir.empty()) sweep_stale_cgroups(h.dir);
+    return h;
+  }();
   return home;
 }
 
@@ -825,18 +473,11 @@ core::result<std::string> resolve_program(const std::string& name) {
 
 std::atomic<std::uint64_t> cgroup_sequence{0};
 
-// The run's own cgroup, made for a keeper_cgroup spawn. Without it the run still has its keeper.
-struct run_cgroup {
-  std::string dir;
-  int procs_fd = -1;
-  int kill_fd = -1;
-};
+using detail::run_cgroup;
 
-run_cgroup make_run_cgroup() {
+// Opens the cgroup.procs and cgroup.kill of `dir` into `c` (c.dir stays empty when it cannot).
+run_cgroup open_run_cgroup(std::string dir) {
   run_cgroup c;
-  if (cgroups().dir.empty()) return c;
-  std::string dir = cgroups().dir + "/faultline." + std::to_string(::getpid()) + "." + std::to_string(++cgroup_sequence);
-  if (::mkdir(dir.c_str(), 0755) != 0) return c;
   c.procs_fd = ::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
   c.kill_fd = ::open((dir + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC);
   if (c.procs_fd < 0 || c.kill_fd < 0) {
@@ -848,6 +489,69 @@ run_cgroup make_run_cgroup() {
   c.dir = std::move(dir);
   return c;
 }
+
+void remove_run_cgroup(run_cgroup& c) {
+  close_fd(c.procs_fd);
+  close_fd(c.kill_fd);
+  if (!c.dir.empty()) ::rmdir(c.dir.c_str());
+  c.dir.clear();
+}
+
+// Empty cgroups of finished runs (their directories), lent to the next runs: creating and
+// removing a cgroup for every run serialises on the kernel's cgroup_mutex and costs each run an
+// RCU grace period or two. Removed at exit; a harness killed before leaves them, empty, for the
+// next harness to remove (sweep_stale_cgroups).
+std::mutex cgroup_pool_mu;
+std::vector<std::string> idle_cgroups;
+
+void remove_idle_cgroups() {
+  std::unique_lock lock(cgroup_pool_mu, std::try_to_lock);  // at exit another thread may hold it
+  if (!lock.owns_lock()) return;
+  for (const auto& dir : idle_cgroups) ::rmdir(dir.c_str());
+  idle_cgroups.clear();
+}
+
+// A cgroup for a keeper_cgroup run, or none (dir empty): the run still has its keeper.
+run_cgroup acquire_run_cgroup() {
+  if (cgroups().dir.empty()) return {};
+  for (;;) {
+    std::string dir;
+    {
+      std::lock_guard lock(cgroup_pool_mu);
+      if (idle_cgroups.empty()) break;
+      dir = std::move(idle_cgroups.back());
+      idle_cgroups.pop_back();
+    }
+    if (auto c = open_run_cgroup(std::move(dir)); !c.dir.empty()) return c;
+  }
+  static const bool cleanup_registered = std::atexit(remove_idle_cgroups) == 0;
+  (void)cleanup_registered;
+  std::string dir = cgroups().dir + "/faultline." + std::to_string(::getpid()) + "." + std::to_string(++cgroup_sequence);
+  if (::mkdir(dir.c_str(), 0755) != 0) return {};
+  return open_run_cgroup(std::move(dir));
+}
+
+// Whether no process is left in the cgroup (its cgroup.events says "populated 0").
+bool cgroup_unpopulated(const std::string& dir) {
+  auto events = detail::read_file(dir + "/cgroup.events", 4096);
+  return events && events->find("populated 0") != std::string::npos;
+}
+
+// Once the run's keeper has exited: an empty cgroup goes back to the pool, one that still holds
+// a process (stuck in the kernel past the keeper's kill) is removed as far as it can be.
+void release_run_cgroup(run_cgroup c) {
+  if (c.dir.empty()) return;
+  if (!cgroup_unpopulated(c.dir)) {
+    detail::write_all(c.kill_fd, "1", "cgroup.kill");
+    remove_run_cgroup(c);
+    return;
+  }
+  close_fd(c.procs_fd);
+  close_fd(c.kill_fd);
+  std::lock_guard lock(cgroup_pool_mu);
+  idle_cgroups.push_back(std::move(c.dir));
+}
+
 
 // Reads the keeper's first report: started (with the program's pidfd) or exec_failed.
 struct first_report {
@@ -1153,7 +857,7 @@ core::result<child> spawn_contained(const spawn_options& o, containment_kind kin
     close_fd(null_fd);
     return detail::sys_error(e, "pipe");
   }
-  run_cgroup cg = kind == containment_kind::keeper_cgroup ? make_run_cgroup() : run_cgroup{};
+  run_cgroup cg = kind == containment_kind::keeper_cgroup ? acquire_run_cgroup() : run_cgroup{};
 
   keeper_plan plan;
   plan.pid_namespace = pid_ns;
@@ -1174,25 +878,27 @@ core::result<child> spawn_contained(const spawn_options& o, containment_kind kin
   plan.argv = argv.data();
   plan.envp = envp.data();
 
+  const std::string& exec_keeper = pid_ns ? std::string() : keeper_program();
   const cloned started =
-      clone_child((pid_ns ? CLONE_NEWPID : 0) | (user_ns ? CLONE_NEWUSER : 0), [&] { keeper_main(plan); });
+      !exec_keeper.empty()
+          ? spawn_keeper_program(exec_keeper, plan)
+          : clone_child((pid_ns ? CLONE_NEWPID : 0) | (user_ns ? CLONE_NEWUSER : 0), [&] { keeper_main(plan); });
   const pid_t keeper = started.pid;
   int keeper_pidfd = started.pidfd;
   const int clone_errno = started.error;
   close_fd(sock[1]);
   close_fd(null_fd);
   close_fd(sync[0]);
-  close_fd(cg.procs_fd);
-  close_fd(cg.kill_fd);
   auto fail = [&](core::status s) -> core::result<child> {
     close_fd(sock[0]);
     close_fd(sync[1]);
     if (keeper > 0) kill_and_reap(keeper, keeper_pidfd);
     close_fd(keeper_pidfd);
-    if (!cg.dir.empty()) ::rmdir(cg.dir.c_str());
+    if (keeper > 0) release_run_cgroup(std::move(cg));  // the keeper has exited
+    else remove_run_cgroup(cg);
     return s;
   };
-  if (keeper < 0) return fail(detail::sys_error(clone_errno, "clone3 (keeper of " + o.argv[0] + ")"));
+  if (keeper < 0) return fail(detail::sys_error(clone_errno, (exec_keeper.empty() ? "clone3 (keeper of " : "start " + exec_keeper + " (keeper of ") + o.argv[0] + ")"));
   if (user_ns) {
     if (auto s = write_id_maps(keeper); !s) return fail(s);
     if (auto s = detail::write_all(sync[1], "g", "keeper sync"); !s) return fail(s);
@@ -1215,14 +921,14 @@ core::result<child> spawn_contained(const spawn_options& o, containment_kind kin
     std::lock_guard lock(keepers_mu);
     keepers[program] = keeper;
   }
-  auto handle = std::make_unique<detail::keeper_handle>(keeper, keeper_pidfd, sock[0], program, std::move(cg.dir));
+  auto handle = std::make_unique<detail::keeper_handle>(keeper, keeper_pidfd, sock[0], program, std::move(cg));
   return child(program, first.pidfd, std::move(handle));
 }
 
 namespace detail {
 
-keeper_handle::keeper_handle(pid_t keeper, int keeper_pidfd, int socket, pid_t program, std::string cgroup_dir)
-    : keeper_(keeper), keeper_pidfd_(keeper_pidfd), socket_(socket), program_(program), cgroup_dir_(std::move(cgroup_dir)) {}
+keeper_handle::keeper_handle(pid_t keeper, int keeper_pidfd, int socket, pid_t program, run_cgroup cgroup)
+    : keeper_(keeper), keeper_pidfd_(keeper_pidfd), socket_(socket), program_(program), cgroup_(std::move(cgroup)) {}
 
 keeper_handle::keeper_handle(pid_t keeper, int keeper_pidfd, int ns_fd, pid_t program, int program_pidfd)
     : keeper_(keeper), keeper_pidfd_(keeper_pidfd), ns_fd_(ns_fd), program_(program),
@@ -1253,7 +959,9 @@ void keeper_handle::end_relaying_keeper() {
   }
   disown(keeper_);  // a keeper stuck in the kernel is left to reap_strays
   close_fd(keeper_pidfd_);
-  if (!cgroup_dir_.empty()) ::rmdir(cgroup_dir_.c_str());
+  // A keeper that did not exit may still write the cgroup's cgroup.kill: not lent again.
+  if (gone) release_run_cgroup(std::move(cgroup_));
+  else remove_run_cgroup(cgroup_);
 }
 
 int keeper_handle::wait_status() {

@@ -1,9 +1,11 @@
 // Containment: every process of a run ends when the harness ends, however it ends — SIGKILL of
 // the harness included (what a CI job timeout does), when nothing of the harness runs any more.
 //
-// A contained run has one process between the harness and the program: its *keeper*, started
-// with clone3 (no exec: a copy of the harness that runs only system calls), which starts the
-// program and then sleeps in poll(2), out of the program's way. The keeper holds the read end of
+// A contained run has one process between the harness and the program: its *keeper*
+// (keeper.h), which starts the program and then sleeps in poll(2), out of the program's way. The
+// harness execs it from faultline-keeper beside its own binary, the way posix_spawn starts a
+// program (FAULTLINE_KEEPER names another path, or "clone": a clone3 copy of the harness that
+// runs only system calls — also the fallback, and how pid-namespace keepers start). The keeper holds the read end of
 // the harness's *lifeline*, a pipe whose write end only the harness holds (close-on-exec, and
 // closed by every keeper at start): when the harness dies, by any means, the pipe reports EOF to
 // every keeper at once, and each keeper ends its run's tree. How the tree ends, strongest first:
@@ -19,7 +21,10 @@
 //                   has PR_SET_PDEATHSIG(SIGKILL) against the keeper (a single-threaded parent,
 //                   so the signal means exactly "the keeper died"). On EOF the keeper writes
 //                   cgroup.kill (no fork can outrun it), SIGKILLs its children until none is
-//                   left, reaps them and removes the cgroup.
+//                   left, reaps them and removes the cgroup. A cgroup that a run left empty is
+//                   lent to the next run (creating one per run serialises runs on the kernel's
+//                   cgroup lock); the pool is removed at exit, and by the next harness when
+//                   this one was killed.
 //   keeper+pdeathsig   the same without a cgroup (none is writable).
 //   process group only  no keeper (FAULTLINE_CONTAINMENT=none): the run is a direct child of
 //                   the harness in its own process group; it survives a SIGKILL of the harness.
@@ -78,6 +83,10 @@ struct containment_info {
 /// The environment variable that caps the containment: auto, pidns, cgroup, keeper, none.
 inline constexpr const char* containment_env = "FAULTLINE_CONTAINMENT";
 
+/// The keeper program (keeper.h): its path, or "clone" for keepers cloned from the harness.
+/// Default: faultline-keeper beside the running executable, else cloned.
+inline constexpr const char* keeper_env = "FAULTLINE_KEEPER";
+
 /// The containment spawn() uses for spawn_options::contain. Chosen on the first call (probing
 /// the kernel with a short-lived child), then fixed for the life of the process.
 const containment_info& containment();
@@ -114,6 +123,14 @@ pid_t keeper_of(pid_t program);
 
 namespace detail {
 
+/// A run's cgroup v2 (keeper_cgroup containment): its directory, and its cgroup.procs and
+/// cgroup.kill held open. Lent from a pool: a cgroup that a run left empty serves the next run.
+struct run_cgroup {
+  std::string dir;
+  int procs_fd = -1;
+  int kill_fd = -1;
+};
+
 /// The harness's end of a keeper, owned by a child. Two kinds:
 ///  - relaying: the keeper started the program (its parent) and reports its wait status on
 ///    `socket`; destroying the handle ends the keeper and what is left of the run;
@@ -123,7 +140,7 @@ namespace detail {
 class keeper_handle {
  public:
   /// Relaying.
-  keeper_handle(pid_t keeper, int keeper_pidfd, int socket, pid_t program, std::string cgroup_dir);
+  keeper_handle(pid_t keeper, int keeper_pidfd, int socket, pid_t program, run_cgroup cgroup);
   /// Pooled (takes the keeper's pidfd and namespace descriptor; duplicates `program_pidfd`).
   keeper_handle(pid_t keeper, int keeper_pidfd, int ns_fd, pid_t program, int program_pidfd);
   ~keeper_handle();
@@ -145,7 +162,7 @@ class keeper_handle {
   int ns_fd_ = -1;
   pid_t program_;
   int program_pidfd_ = -1;
-  std::string cgroup_dir_;
+  run_cgroup cgroup_;
 };
 
 }  // namespace detail

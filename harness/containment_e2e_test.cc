@@ -12,11 +12,13 @@
 
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <csignal>
 #include <functional>
 #include <set>
@@ -300,6 +302,65 @@ INSTANTIATE_TEST_SUITE_P(kinds, contained,
                          ::testing::Values(containment_kind::pid_namespace, containment_kind::keeper_cgroup,
                                            containment_kind::keeper),
                          [](const auto& param_info) { return std::string(to_string(param_info.param)); });
+
+// The keeper is exec'd from faultline-keeper beside the test binary (or cloned from this
+// process under FAULTLINE_KEEPER=clone), and only the program carries the run's environment: a
+// keeper that did would look like one of the run's processes to anything reading environ.
+TEST(containment, keeper_runs_the_keeper_program_without_the_runs_environment) {
+  if (!containment_available(containment_kind::keeper)) GTEST_SKIP() << "no keepers here";
+  const std::string marker = unique_marker("keeper-env");
+  spawn_options o;
+  o.argv = {"/bin/sleep", "30"};
+  o.envp = with_marker(marker);
+  auto c = spawn_contained(o, containment_kind::keeper);
+  ASSERT_TRUE(c) << c.error().message();
+  ASSERT_GT(c->keeper(), 0);
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/" + std::to_string(c->keeper()) + "/exe", ec);
+  ASSERT_FALSE(ec) << ec.message();
+  const char* how = std::getenv(keeper_env);
+  if (how != nullptr && std::string(how) == "clone")
+    EXPECT_EQ(exe, std::filesystem::read_symlink("/proc/self/exe")) << "a clone of the harness";
+  else
+    EXPECT_EQ(exe.filename(), "faultline-keeper");
+  EXPECT_EQ(marked(marker), std::vector<pid_t>{c->pid()});
+  EXPECT_TRUE(c->signal(SIGKILL));
+  const int status = c->reap();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+}
+
+// A run's cgroup is lent again once the run left it empty, instead of a new one per run; one a
+// killed harness left behind (faultline.PID.N of a dead PID) is removed by the next harness.
+TEST(containment, an_empty_run_cgroup_serves_the_next_run_and_stale_ones_are_removed) {
+  if (!containment_available(containment_kind::keeper_cgroup)) GTEST_SKIP() << "no cgroup v2 here";
+  auto cgroup_of_run = [] {
+    auto [status, text] = run_capturing(containment_kind::keeper_cgroup, {"/bin/sh", "-c", "grep '^0::' /proc/self/cgroup"});
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    return text;
+  };
+  const std::string first = cgroup_of_run();
+  EXPECT_NE(first.find("/faultline." + std::to_string(::getpid()) + "."), std::string::npos) << first;
+  EXPECT_EQ(cgroup_of_run(), first) << "the first run's cgroup, empty again, is lent to the second";
+
+  // A dead harness's cgroup beside this process's: the next faultline removes it at start.
+  std::string dir_of_first = first.substr(first.find("::") + 2);
+  dir_of_first.pop_back();  // the newline
+  std::filesystem::path mount;
+  for (const char* m : {"/sys/fs/cgroup/unified", "/sys/fs/cgroup"})
+    if (std::filesystem::exists(std::string(m) + dir_of_first)) mount = m;
+  ASSERT_FALSE(mount.empty()) << "cannot find the cgroup " << dir_of_first;
+  const auto parent = (mount / dir_of_first.substr(1)).parent_path();
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  const auto stale = parent / ("faultline." + std::to_string(dead) + ".7");
+  ASSERT_EQ(::mkdir(stale.c_str(), 0755), 0) << std::strerror(errno);
+  testing::scratch_dir out;
+  auto r = testing::run_faultline({"exec", "--repeat", "1", "--out", (out.path() / "o").string(), "--", "/bin/true"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(stale)) << stale;
+  ::rmdir(stale.c_str());
+}
 
 TEST(containment, summary_names_the_containment_in_use) {
   const auto& c = containment();
