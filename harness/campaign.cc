@@ -424,6 +424,16 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
       rq.in_run_dir = v.in_run_dir;
       rq.check_shm = check_shm;
       rq.cancel = o.cancel;
+      // Decided once the run is classified, so that a passing run kept by no one has no log file.
+      bool keep = true;
+      rq.keep_log = [&](const run_report& r) {
+        if (r.interrupted || r.verdict.result != outcome::pass) return keep = true;
+        std::lock_guard lock(mu);
+        std::uint64_t& kept = passes_kept[variant_index(k)];
+        keep = kept < passes_to_keep;
+        if (keep) ++kept;
+        return keep;
+      };
       run_report rep = run_once(rq);
       auto end_of_run = [&] {  // under mu
         --in_flight;
@@ -435,13 +445,6 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
         return;
       }
 
-      bool keep = true;
-      if (rep.verdict.result == outcome::pass) {
-        std::lock_guard lock(mu);
-        std::uint64_t& kept = passes_kept[variant_index(k)];
-        keep = kept < passes_to_keep;
-        if (keep) ++kept;
-      }
       run_record rec = to_record(rep, v, faults, k, seed, id, v.argv, keep);
       rec.points_reached = read_points(rq.run_dir);  // before the directory is reused
       std::error_code keep_ec;

@@ -17,8 +17,15 @@ namespace faultline::harness {
 struct output_capture::state {
   int read_fd = -1;
   int write_fd = -1;
-  int log_fd = -1;
-  int wake_fd = -1;  // eventfd: finish() asks the drain thread to wind down
+  int log_fd = -1;   // opened once the log is spilled or committed
+  int wake_fd = -1;
+  std::filesystem::path log_path;
+  // The log is held in memory until the run is over, or until it grows past spill_bytes or the
+  // run lasts past spill_after: a passing run that is not kept then costs no file at all.
+  std::string pending;
+  bool log_opened = false;
+  bool settled = false;  // commit() or discard() was called
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();  // eventfd: finish() asks the drain thread to wind down
   std::uint64_t head_limit = 0;  // 0: unbounded
   std::uint64_t tail_limit = 0;
   std::thread drainer;
@@ -41,11 +48,32 @@ struct output_capture::state {
       if (fd >= 0) ::close(fd);
   }
 
-  void to_log(std::string_view data) {
+  void open_log() {
+    if (log_opened) return;
+    log_opened = true;
+    log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log_fd < 0) log_failed = true;
+    std::string held;
+    held.swap(pending);
+    write_out(held);
+  }
+
+  void write_out(std::string_view data) {
     if (log_failed || data.empty()) return;
     // A log that cannot be written (a full disk) must not stop the draining: the program would
     // block on the pipe. The run's record still says what happened to it.
     if (!detail::write_all(log_fd, data, "log")) log_failed = true;
+  }
+
+  bool spill_due() const {
+    return pending.size() >= output_spill_bytes || std::chrono::steady_clock::now() - started >= output_spill_after;
+  }
+
+  void to_log(std::string_view data) {
+    if (data.empty()) return;
+    if (log_opened) return write_out(data);
+    pending.append(data);
+    if (spill_due()) open_log();
   }
 
   void take(const char* data, std::size_t n) {
@@ -82,6 +110,13 @@ struct output_capture::state {
     for (;;) {
       int timeout_ms = -1;
       bool last_look = false;  // the grace is over: take what the pipe holds, then stop
+      if (!log_opened && !pending.empty()) {  // a long run's output reaches its file in time
+        if (spill_due()) open_log();
+        else
+          timeout_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            started + output_spill_after - std::chrono::steady_clock::now())
+                                            .count()) + 1;
+      }
       if (winding_down) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
         last_look = left.count() <= 0;
@@ -89,6 +124,7 @@ struct output_capture::state {
       }
       pollfd fds[2] = {{read_fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
       const int woke = ::poll(fds, winding_down ? 1 : 2, timeout_ms);
+      if (woke == 0 && !winding_down) continue;  // the spill time came
       if (woke < 0 && errno != EINTR) break;
       if (woke > 0 && fds[0].revents != 0) {
         bool eof = false;
@@ -132,20 +168,22 @@ output_capture::output_capture(std::unique_ptr<state> s) noexcept : s_(std::move
 output_capture::output_capture(output_capture&&) noexcept = default;
 output_capture& output_capture::operator=(output_capture&& o) noexcept {
   if (this != &o) {
-    if (s_) finish(std::chrono::milliseconds(0));
+    if (s_) commit();
     s_ = std::move(o.s_);
   }
   return *this;
 }
 
 output_capture::~output_capture() {
-  if (s_) finish(std::chrono::milliseconds(0));
+  if (s_) commit();
 }
 
 core::result<output_capture> output_capture::open(const std::filesystem::path& log_path, std::uint64_t limit_bytes) {
   auto s = std::make_unique<state>();
-  s->log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (s->log_fd < 0) return detail::sys_error(errno, "open " + log_path.string());
+  s->log_path = log_path;
+  // The file itself comes later (state::pending); a log that could never be written is an error now.
+  const auto dir = log_path.parent_path().empty() ? std::filesystem::path(".") : log_path.parent_path();
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) return detail::sys_error(errno, "open " + log_path.string());
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return detail::sys_error(errno, "pipe for the run's output");
   s->read_fd = fds[0];
@@ -188,9 +226,29 @@ output_stats output_capture::finish(std::chrono::milliseconds grace) {
   if (s_->drainer.joinable()) s_->drainer.join();
   std::lock_guard lock(s_->mu);
   s_->finished = true;
-  ::close(s_->log_fd);
-  s_->log_fd = -1;
   return s_->stats;
+}
+
+bool output_capture::commit() {
+  if (!s_) return false;
+  finish(std::chrono::milliseconds(0));
+  if (!s_->settled) {
+    s_->settled = true;
+    s_->open_log();
+    if (s_->log_fd >= 0) ::close(s_->log_fd);
+    s_->log_fd = -1;
+  }
+  return !s_->log_failed;
+}
+
+void output_capture::discard() {
+  if (!s_) return;
+  finish(std::chrono::milliseconds(0));
+  if (s_->log_fd >= 0) ::close(s_->log_fd);
+  s_->log_fd = -1;
+  if (s_->log_opened) ::unlink(s_->log_path.c_str());
+  s_->pending.clear();
+  s_->settled = true;
 }
 
 }  // namespace faultline::harness

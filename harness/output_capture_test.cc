@@ -56,6 +56,33 @@ TEST_F(output_e2e, program_writes_into_a_pipe_and_both_streams_reach_the_log_in_
   EXPECT_FALSE(r.output.still_open);
 }
 
+// A campaign keeps few passing runs' logs: keep_log decides once the run is classified, and a
+// run it drops leaves no file; a failure's invariant is still read from its log first.
+TEST_F(output_e2e, keep_log_decides_whether_the_log_file_exists_once_the_run_is_classified) {
+  for (const char* script : {"echo passing", "echo 'invariant violated: counter_went_negative: at 3' >&2; exit 4"}) {
+    for (bool keep : {true, false}) {
+      auto rq = request(script);
+      outcome seen = outcome::error;
+      rq.keep_log = [&](const run_report& r) {
+        seen = r.verdict.result;
+        return keep;
+      };
+      auto r = run_once(rq);
+      EXPECT_EQ(seen, r.verdict.result) << "asked with the final verdict";
+      EXPECT_EQ(fs::exists(rq.log_path), keep) << script;
+      if (r.verdict.result == outcome::fail) {
+        EXPECT_NE(r.verdict.signature.find("counter_went_negative"), std::string::npos) << r.verdict.signature;
+      } else {
+        EXPECT_EQ(r.verdict.result, outcome::pass) << r.verdict.signature;
+      }
+      if (keep) {
+        EXPECT_NE(slurp(rq.log_path).find(r.verdict.result == outcome::pass ? "passing" : "counter"), std::string::npos);
+      }
+      fs::remove(rq.log_path);
+    }
+  }
+}
+
 TEST_F(output_e2e, what_a_program_writes_at_exit_is_in_the_log) {
   // A buffered printf flushed by exit() and an atexit handler's write: the last things it does.
   auto rq = request("trap 'echo written-by-the-exit-trap >&2' EXIT; printf 'buffered-line'; exit 3");
@@ -124,10 +151,59 @@ TEST(output_capture, pipe_held_outside_the_run_is_dropped_after_the_grace_saying
   EXPECT_TRUE(s.still_open);
   c->signal(SIGKILL);
   c->reap();
+  EXPECT_TRUE(out->commit());
   const std::string log = slurp(dir.path() / "log");
   EXPECT_EQ(log.rfind("before\n", 0), 0u) << log;
   EXPECT_NE(log.find("still open 150 ms after it ended"), std::string::npos) << log;
   EXPECT_EQ(out->finish(1s).still_open, true);  // idempotent: the first answer
+}
+
+// The log file is written when its owner keeps the run, and never exists when it does not; a
+// run that writes much, or for long, has it written as it goes.
+TEST(output_capture, the_log_file_is_written_on_commit_and_never_on_discard) {
+  testing::scratch_dir dir;
+  for (bool keep : {true, false}) {
+    const auto path = dir.path() / (keep ? "kept.log" : "dropped.log");
+    auto out = output_capture::open(path);
+    ASSERT_TRUE(out) << out.error().message();
+    ASSERT_EQ(::write(out->write_fd(), "hello\n", 6), 6);
+    out->close_write_end();
+    EXPECT_EQ(out->finish(100ms).bytes, 6u);
+    EXPECT_FALSE(fs::exists(path)) << "nothing on disk before the owner decides";
+    if (keep) {
+      EXPECT_TRUE(out->commit());
+      EXPECT_EQ(slurp(path), "hello\n");
+    } else {
+      out->discard();
+      EXPECT_FALSE(fs::exists(path));
+    }
+  }
+}
+
+TEST(output_capture, output_past_the_spill_size_or_time_reaches_the_file_while_the_run_goes_on) {
+  testing::scratch_dir dir;
+  {
+    auto out = output_capture::open(dir.path() / "big.log", 0);
+    ASSERT_TRUE(out) << out.error().message();
+    const std::string chunk(64 * 1024, 'x');
+    for (std::size_t written = 0; written <= output_spill_bytes; written += chunk.size())
+      ASSERT_TRUE(detail::write_all(out->write_fd(), chunk, "pipe"));
+    EXPECT_TRUE(testing::eventually([&] { return fs::exists(dir.path() / "big.log") && fs::file_size(dir.path() / "big.log") > 0; }, 10s));
+    out->close_write_end();
+    out->finish(100ms);
+    out->discard();
+    EXPECT_FALSE(fs::exists(dir.path() / "big.log")) << "discard removes what was spilled";
+  }
+  auto out = output_capture::open(dir.path() / "slow.log");
+  ASSERT_TRUE(out) << out.error().message();
+  ASSERT_EQ(::write(out->write_fd(), "early\n", 6), 6);
+  EXPECT_TRUE(testing::eventually([&] { return slurp(dir.path() / "slow.log") == "early\n"; },
+                                  output_spill_after + 10s));
+  ASSERT_EQ(::write(out->write_fd(), "late\n", 5), 5);
+  out->close_write_end();
+  out->finish(100ms);
+  EXPECT_TRUE(out->commit());
+  EXPECT_EQ(slurp(dir.path() / "slow.log"), "early\nlate\n");
 }
 
 TEST(output_capture, unwritable_log_is_an_error_naming_it) {

@@ -38,7 +38,8 @@ core::status prepare(const run_request& rq, std::optional<output_capture>& outpu
   // short run on ext4 (campaign.cc reuses one per thread).
   if (fs::is_directory(fs::symlink_status(rq.run_dir, ec))) {
     std::vector<fs::path> left;
-    for (fs::directory_iterator it(rq.run_dir, ec), end; !ec && it != end; it.increment(ec)) left.push_back(it->path());
+    for (fs::directory_iterator it(rq.run_dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().filename() != premature_exit_file || !it->is_regular_file(ec)) left.push_back(it->path());
     for (const auto& p : left) fs::remove_all(p, ec);
   } else {
     fs::remove_all(rq.run_dir, ec);
@@ -51,6 +52,8 @@ core::status prepare(const run_request& rq, std::optional<output_capture>& outpu
   output.emplace(std::move(*opened));
   // gtest creates this file when it starts and deletes it when the tests are done; creating it
   // first makes "deleted by the program" mean "the tests finished".
+  // Kept from the previous run in this directory when that run left it (not a gtest program):
+  // a file created and removed per run is a measurable part of a short run's cost.
   int fd = ::open((rq.run_dir / premature_exit_file).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd >= 0) ::close(fd);
   return {};
@@ -347,6 +350,8 @@ run_report run_once(const run_request& rq) {
   // Everything of the run's tree is gone: the pipe ends now unless a process outside the run
   // (an escapee under FAULTLINE_CONTAINMENT=none) still holds it.
   rep.output = output->finish(rq.output_grace);
+  const bool exited_zero = ev.wait_status && WIFEXITED(*ev.wait_status) && WEXITSTATUS(*ev.wait_status) == 0;
+  if (!rq.keep_log || !exited_zero) output->commit();  // before classify, which reads a failure's log
   rep.teardown = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - end_of_run);
 
   if (rq.check_shm) {
@@ -363,6 +368,10 @@ run_report run_once(const run_request& rq) {
     }
   }
   rep.verdict = classify(ev);
+  if (rq.keep_log) {
+    if (rq.keep_log(rep)) output->commit();
+    else output->discard();
+  }
   return rep;
 }
 

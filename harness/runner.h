@@ -34,6 +34,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -69,6 +70,8 @@ std::optional<crash_capture> crash_capture_from_string(std::string_view s) noexc
 crash_capture resolve_crash_capture(crash_capture requested, std::string* why = nullptr,
                                     const std::filesystem::path& cwd = {});
 
+struct run_report;
+
 /// One run to perform.
 struct run_request {
   std::vector<std::string> argv;          ///< the command; argv[0] searched in PATH without '/'
@@ -86,6 +89,11 @@ struct run_request {
   bool check_shm = true;                  ///< attribute new /dev/shm/faultline* entries to this run
   const std::atomic<bool>* cancel = nullptr;  ///< when it becomes true: kill the run, no stacks
   crash_capture crash = crash_capture::automatic;  ///< unless env sets FAULTLINE_AGENT_CRASH
+  /// Once the run is classified: whether its log file is written (unset: always). A campaign
+  /// keeps few passing runs' logs, and a file written and removed again costs more than a short
+  /// run. The log of a run that did not exit 0 is written before it is classified anyway (the
+  /// classifier reads a failure's invariant from it) and removed again when this says no.
+  std::function<bool(const run_report&)> keep_log;
 };
 
 /// A performed run.
