@@ -110,7 +110,7 @@ std::string via_proc(pid_t pid) {
 }
 
 // Whether `pid` has a handler for `sig` (the SigCgt mask of /proc/PID/status): a process that
-// inherited agent.PID through fork but exec'd a program without the agent would be killed by
+// inherited phase.PID through fork but exec'd a program without the agent would be killed by
 // the signal's default action.
 bool catches(pid_t pid, int sig) {
   auto status = detail::read_file("/proc/" + std::to_string(pid) + "/status", 1 << 16);
@@ -224,7 +224,7 @@ core::status capture_stacks(const std::vector<detail::proc_stat>& procs, const f
     for (const auto& p : procs) {
       if (sections.count(p.pid)) continue;
       const std::string pid = std::to_string(p.pid);
-      if (!fs::exists(run_dir / (agent::agent_file_prefix + pid)) || !catches(p.pid, agent::stack_dump_signal())) continue;
+      if (!fs::exists(run_dir / (agent::phase_file_prefix + pid)) || !catches(p.pid, agent::stack_dump_signal())) continue;
       fs::remove(run_dir / (agent::stacks_file_prefix + pid));
       if (::kill(p.pid, agent::stack_dump_signal()) == 0) asked.push_back(&p);
     }

@@ -196,17 +196,6 @@ bool append_marker(const char* marker) noexcept {
   return ok;
 }
 
-void write_agent_file() noexcept {
-  const pid_t pid = core::host_pid();
-  int fd = open_pid_file(agent_file_prefix, pid, O_TRUNC);
-  if (fd < 0) return;
-  {
-    fd_writer out(fd);
-    out.dec(pid).chr(' ').dec(::getppid()).chr(' ').str(exe_path).chr('\n');
-  }
-  ::close(fd);
-}
-
 void thread_name(char (&name)[17]) noexcept {
   name[0] = '\0';
   ::prctl(PR_GET_NAME, name, 0, 0, 0);
@@ -608,7 +597,6 @@ void after_fork_in_child() {
   // The mapping came from the parent and still shows the parent's phase file: map our own.
   if (phase_map != nullptr) ::munmap(phase_map, phase_file_bytes);
   map_phase_file();
-  write_agent_file();
   append_marker(marker_run);
 }
 
@@ -697,7 +685,6 @@ install_result install_once() noexcept {
 
   map_phase_file();
   agent_active.store(true, std::memory_order_release);
-  write_agent_file();
   append_marker(marker_run);
   return {install_status::installed, 0};
 }

@@ -47,7 +47,7 @@ namespace faultline::agent {
 
 /// What install() did.
 enum class install_status {
-  installed,  ///< the handlers are active and agent.PID / phase.PID were written
+  installed,  ///< the handlers are active and phase.PID was written
   disabled,   ///< FAULTLINE_RUN_DIR is unset or empty: nothing was installed
   failed,     ///< FAULTLINE_RUN_DIR is set but unusable (see install_result::error)
 };
@@ -62,7 +62,7 @@ struct install_result {
 
 /// Installs the agent in this process when FAULTLINE_RUN_DIR names a directory: the crash and
 /// stack-dump handlers, an alternate signal stack for the calling thread, a fork handler that
-/// registers forked children, agent.PID and the "run" marker. Idempotent: later calls (from any
+/// registers forked children and the "run" marker (phase.PID). Idempotent: later calls (from any
 /// thread) return the first call's result and do nothing. Without FAULTLINE_RUN_DIR it installs
 /// nothing. A signal handler installed before the agent for a crash signal is kept and runs after
 /// the agent's report. Thread safety: may be called concurrently; call it before the program

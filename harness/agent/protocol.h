@@ -7,13 +7,15 @@
 // record per line, written with write(2) only (safe in signal handlers, survives any crash).
 //
 // Files in $FAULTLINE_RUN_DIR (PID = the writing process's pid):
-//   agent.PID    created when the agent starts in a process: "PID PPID EXE\n". Also written by a
-//                child that fork()s from an agent-carrying process (it inherits the handlers).
-//                The runner sends the stack-dump signal only to processes that have this file,
-//                and should also check that the signal is caught (its bit in SigCgt of
-//                /proc/PID/status): a forked child that exec'd a program without the agent has
-//                the file but not the handler, and the signal's default action would kill it.
-//   phase.PID    appended markers, one per line, in order:
+//   phase.PID    created when the agent starts in a process (also by a child that fork()s from an
+//                agent-carrying process: it inherits the handlers), then appended markers, one
+//                per line, in order. The runner sends the stack-dump signal only to processes
+//                that have this file, and also checks that the signal is caught (its bit in
+//                SigCgt of /proc/PID/status): a forked child that exec'd a program without the
+//                agent has the file but not the handler, and the signal's default action would
+//                kill it. (An agent.PID file, "PID PPID EXE", was written beside it until it was
+//                found to cost a file created and removed per process of every run; no reader
+//                needed more than this file's existence.) The markers:
 //                  "run"            agent started (the work phase); again after fork() in the child
 //                  "work-end"       a scenario finished its work (scenarios mark it themselves)
 //                  "main-returned"  main() returned (preload: wrapped __libc_start_main)
@@ -101,7 +103,6 @@ namespace faultline::agent {
 inline constexpr const char* run_dir_env = "FAULTLINE_RUN_DIR";
 inline constexpr const char* quiet_env = "FAULTLINE_AGENT_QUIET";
 
-inline constexpr const char* agent_file_prefix = "agent.";
 inline constexpr const char* phase_file_prefix = "phase.";
 inline constexpr const char* crash_file_prefix = "crash.";
 inline constexpr const char* stacks_file_prefix = "stacks.";
