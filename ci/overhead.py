@@ -17,6 +17,9 @@ the loop's. Targets (issue 16): faultline's overhead <= 0.5 ms per run at --jobs
 
 The program is BUILD/bin/fl_testdata_noop when it exists (main returns 0), else /bin/true.
 Extra faultline options go after `--faultline-args` (e.g. `--faultline-args=--no-preload`).
+`--variant NAME=WORDS` adds a faultline arm of its own, interleaved with the others: WORDS are
+`bin=PATH` (another faultline binary, e.g. the previous commit's) and K=V environment settings,
+e.g. `--variant base=bin=/tmp/base/build/bin/faultline --variant cloned=FAULTLINE_KEEPER=clone`.
 Standard library only.
 """
 import argparse
@@ -51,6 +54,8 @@ def main():
     ap.add_argument("--program", help="the no-op program (default: BUILD/bin/fl_testdata_noop, else /bin/true)")
     ap.add_argument("--arms", default="loop,ctest,faultline", help="comma-separated: loop, ctest, faultline")
     ap.add_argument("--faultline-args", default="", help="extra options for faultline exec (shell words)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=WORDS",
+                    help="another faultline arm: bin=PATH and/or K=V environment settings (repeatable)")
     ap.add_argument("--label", default="", help="a name for this measurement in the JSON (machine, options)")
     ap.add_argument("--json", help="write the figures as JSON here")
     a = ap.parse_args()
@@ -61,6 +66,24 @@ def main():
     arms = [x.strip() for x in a.arms.split(",") if x.strip()]
     if not arms or set(arms) - {"loop", "ctest", "faultline"}:
         ap.error("--arms: expected some of loop, ctest, faultline")
+    variants = {}
+    for v in a.variant:
+        name, eq, words = v.partition("=")
+        if not eq or not name or name in ("loop", "ctest", "faultline") or name in variants:
+            ap.error(f"--variant {v!r}: expected a new NAME=WORDS")
+        spec = {"bin": None, "env": {}}
+        for w in shlex.split(words):
+            k, eq2, val = w.partition("=")
+            if not eq2 or not k:
+                ap.error(f"--variant {v!r}: {w!r} is not bin=PATH or K=V")
+            if k == "bin":
+                if not os.access(val, os.X_OK):
+                    ap.error(f"--variant {v!r}: {val} is not an executable")
+                spec["bin"] = os.path.abspath(val)
+            else:
+                spec["env"][k] = val
+        variants[name] = spec
+        arms.append(name)
     faultline = os.path.join(a.build, "bin", "faultline")
     if "faultline" in arms and not os.access(faultline, os.X_OK):
         ap.error(f"{faultline} not found: build first (bash ci/setup.sh)")
@@ -91,6 +114,11 @@ def main():
             "faultline": ([os.path.abspath(faultline), "exec", "--repeat", str(a.runs), "--jobs", str(a.jobs), "--seed", "1",
                            "--out", os.path.join(work, "fl-out")] + shlex.split(a.faultline_args) + ["--", program], None),
         }
+        for name, spec in variants.items():
+            cmd = list(commands["faultline"][0])
+            cmd[0] = spec["bin"] or cmd[0]
+            cmd[cmd.index(os.path.join(work, "fl-out"))] = os.path.join(work, "fl-out-" + name)
+            commands[name] = (cmd, None)
         times = {arm: [] for arm in arms}
         order = list(arms)
         shuffle = random.Random(1)
@@ -98,9 +126,13 @@ def main():
             shuffle.shuffle(order)
             for arm in order:
                 cmd, cwd = commands[arm]
+                run_env = env
                 if arm == "faultline":
                     shutil.rmtree(os.path.join(work, "fl-out"), ignore_errors=True)
-                times[arm].append(timed(cmd, env=env, cwd=cwd))
+                elif arm in variants:
+                    shutil.rmtree(os.path.join(work, "fl-out-" + arm), ignore_errors=True)
+                    run_env = dict(env, **variants[arm]["env"])
+                times[arm].append(timed(cmd, env=run_env, cwd=cwd))
             print(f"round {r + 1}/{a.rounds}: " + ", ".join(f"{arm} {1e3 * times[arm][-1] / a.runs:.3f} ms/run" for arm in arms),
                   file=sys.stderr)
 
@@ -117,15 +149,16 @@ def main():
                      "overhead_ms": None if base is None else med - base,
                      "throughput_vs_loop": None if base is None else base / med})
     print(f"\nprogram {program}, {a.runs} runs x {a.rounds} rounds, --jobs {a.jobs}")
-    print(f"{'arm':10} {'ms/run':>8} {'IQR':>17} {'overhead':>10} {'throughput':>11}")
+    print(f"{'arm':12} {'ms/run':>8} {'IQR':>17} {'overhead':>10} {'throughput':>11}")
     for row in rows:
         over = "" if row["overhead_ms"] is None else f"{row['overhead_ms']:+.3f} ms"
         thr = "" if row["throughput_vs_loop"] is None else f"{row['throughput_vs_loop']:.2f}x"
-        print(f"{row['arm']:10} {row['ms_per_run']:8.3f} {row['q1']:8.3f}-{row['q3']:<8.3f} {over:>10} {thr:>11}")
+        print(f"{row['arm']:12} {row['ms_per_run']:8.3f} {row['q1']:8.3f}-{row['q3']:<8.3f} {over:>10} {thr:>11}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"label": a.label, "program": program, "runs": a.runs, "rounds": a.rounds, "jobs": a.jobs,
                        "faultline_args": a.faultline_args, "cores": os.cpu_count(), "rows": rows,
+                       "variants": variants,
                        "seconds": {arm: times[arm] for arm in arms}}, f, indent=1)
     return 0
 

@@ -23,6 +23,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 
 #include "harness/detail/proc.h"
@@ -503,12 +504,15 @@ void remove_run_cgroup(run_cgroup& c) {
 // next harness to remove (sweep_stale_cgroups).
 std::mutex cgroup_pool_mu;
 std::vector<std::string> idle_cgroups;
+std::vector<std::string> doomed_cgroups;  // killed, not yet empty when their run ended
 
 void remove_idle_cgroups() {
   std::unique_lock lock(cgroup_pool_mu, std::try_to_lock);  // at exit another thread may hold it
   if (!lock.owns_lock()) return;
   for (const auto& dir : idle_cgroups) ::rmdir(dir.c_str());
+  for (const auto& dir : doomed_cgroups) ::rmdir(dir.c_str());
   idle_cgroups.clear();
+  doomed_cgroups.clear();
 }
 
 // A cgroup for a keeper_cgroup run, or none (dir empty): the run still has its keeper.
@@ -537,13 +541,21 @@ bool cgroup_unpopulated(const std::string& dir) {
   return events && events->find("populated 0") != std::string::npos;
 }
 
-// Once the run's keeper has exited: an empty cgroup goes back to the pool, one that still holds
-// a process (stuck in the kernel past the keeper's kill) is removed as far as it can be.
+// Once the run's keeper has exited: an empty cgroup goes back to the pool; one that still holds
+// a process is killed (cgroup.kill: nothing it forks meanwhile escapes) and removed once empty,
+// never lent again (keeper.cc's end_tree says why). One that does not empty (a process stuck in
+// the kernel) is tried again at exit, and by the next harness.
 void release_run_cgroup(run_cgroup c) {
   if (c.dir.empty()) return;
   if (!cgroup_unpopulated(c.dir)) {
     detail::write_all(c.kill_fd, "1", "cgroup.kill");
+    for (int i = 0; i < 1000 && !cgroup_unpopulated(c.dir); ++i) std::this_thread::sleep_for(1ms);
+    const std::string dir = c.dir;
     remove_run_cgroup(c);
+    if (::access(dir.c_str(), F_OK) == 0) {
+      std::lock_guard lock(cgroup_pool_mu);
+      doomed_cgroups.push_back(dir);
+    }
     return;
   }
   close_fd(c.procs_fd);

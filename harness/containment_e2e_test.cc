@@ -341,6 +341,15 @@ TEST(containment, an_empty_run_cgroup_serves_the_next_run_and_stale_ones_are_rem
   const std::string first = cgroup_of_run();
   EXPECT_NE(first.find("/faultline." + std::to_string(::getpid()) + "."), std::string::npos) << first;
   EXPECT_EQ(cgroup_of_run(), first) << "the first run's cgroup, empty again, is lent to the second";
+  {  // a run that leaves an orphan behind: ended with its keeper; the runs after it still start
+    spawn_options o;
+    o.argv = {"/bin/sh", "-c", "(setsid sleep 300 &) ; exit 0"};
+    o.envp = current_environment();
+    auto c = spawn_contained(o, containment_kind::keeper_cgroup);
+    ASSERT_TRUE(c) << c.error().message();
+    EXPECT_EQ(c->reap(), 0);
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_NE(cgroup_of_run().find("/faultline."), std::string::npos);
 
   // A dead harness's cgroup beside this process's: the next faultline removes it at start.
   std::string dir_of_first = first.substr(first.find("::") + 2);

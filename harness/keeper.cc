@@ -1,6 +1,7 @@
 #include "harness/keeper.h"
 
 #include <fcntl.h>
+#include <linux/sched.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -192,14 +193,14 @@ void place_fd(int from, int to) {
 }
 
 // The program: from the keeper's clone3 to execve. Reports an exec failure's errno on err_fd.
-[[noreturn]] void program_main(const plan& p, int err_fd, long keeper_pid) {
+[[noreturn]] void program_main(const plan& p, int err_fd, long keeper_pid, bool in_cgroup) {
   if (!p.pid_namespace) {
     // SIGKILL when the keeper dies; and if it died before this line, go now.
     sys(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL);
     if (sys(SYS_getppid) != keeper_pid) sys_exit(127);
   }
   // Best effort: without the cgroup the keeper's kill loop still ends the tree.
-  if (p.cgroup_procs_fd >= 0) sys_write_all(p.cgroup_procs_fd, "0", 1);
+  if (p.cgroup_procs_fd >= 0 && !in_cgroup) sys_write_all(p.cgroup_procs_fd, "0", 1);
   if (p.new_process_group) sys(SYS_setpgid, 0, 0);
   place_fd(p.null_fd, 0);
   place_fd(p.stdout_fd >= 0 ? p.stdout_fd : p.null_fd, 1);
@@ -292,8 +293,12 @@ void for_each_child(F f) {
 // Keeper without a namespace: kill the run's tree. Every orphan of the run is our child (we are
 // its subreaper), so SIGKILL every child, reap, and repeat until none is left; cgroup.kill first
 // catches at once what a fork would otherwise keep adding.
-void end_tree(const plan& p, bool remove_cgroup) {
-  if (p.cgroup_kill_fd >= 0) sys_write_all(p.cgroup_kill_fd, "1", 1);
+//
+// cgroup.kill only once the harness is gone: the harness, alive, kills a populated cgroup itself
+// and never lends a killed one again — on Linux 6.18 a process cloned into a cgroup
+// (CLONE_INTO_CGROUP) whose cgroup.kill was ever written is killed at birth.
+void end_tree(const plan& p, bool harness_gone) {
+  if (harness_gone && p.cgroup_kill_fd >= 0) sys_write_all(p.cgroup_kill_fd, "1", 1);
   for (int round = 0; round < 2000; ++round) {  // ~10 s: only a process stuck in the kernel stays
     for_each_child([](pid_t pid) { sys(SYS_kill, pid, SIGKILL); });
     int status;
@@ -304,15 +309,82 @@ void end_tree(const plan& p, bool remove_cgroup) {
     sys_sleep_ms(5);
   }
   // The harness lends an empty cgroup to its next run; once it is gone, nobody else removes it.
-  if (remove_cgroup && p.cgroup_dir != nullptr) sys(SYS_unlinkat, AT_FDCWD, arg(p.cgroup_dir), AT_REMOVEDIR);
+  if (harness_gone && p.cgroup_dir != nullptr) sys(SYS_unlinkat, AT_FDCWD, arg(p.cgroup_dir), AT_REMOVEDIR);
 }
 
 // vfork in a frame of its own: the child runs below it and never returns from it, so no local
 // of the caller is shared with the child.
-[[gnu::noinline]] long start_program(const plan& p, int err_fd, long keeper_pid) {
+[[gnu::noinline]] long vfork_program(const plan& p, int err_fd, long keeper_pid) {
   long pid = ::vfork();
-  if (pid == 0) program_main(p, err_fd, keeper_pid);
+  if (pid == 0) program_main(p, err_fd, keeper_pid, false);
   return pid;
+}
+
+#if defined(__x86_64__)
+// What the program's first frame needs, for clone_into_cgroup's child.
+struct program_start {
+  const plan* p;
+  int err_fd;
+  long keeper_pid;
+};
+
+[[noreturn]] void program_trampoline(program_start* s) { program_main(*s->p, s->err_fd, s->keeper_pid, true); }
+
+// The program's stack until its exec (the keeper is single-threaded, and waits: CLONE_VFORK).
+alignas(64) unsigned char program_stack[64 * 1024];
+
+// clone3(CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP): the program starts inside the run's cgroup
+// instead of moving itself there by writing cgroup.procs, which takes the kernel's
+// cgroup_threadgroup_rwsem for writing (an RCU grace period, on every run). The child runs on
+// program_stack from its first instruction, so (unlike vfork) it shares no frame with the keeper.
+long clone_into_cgroup(const plan& p, int err_fd, long keeper_pid, int cgroup_fd) {
+  program_start start{&p, err_fd, keeper_pid};
+  clone_args ca{};
+  ca.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP;
+  ca.exit_signal = SIGCHLD;
+  ca.stack = reinterpret_cast<std::uint64_t>(program_stack);
+  ca.stack_size = sizeof program_stack;
+  ca.cgroup = static_cast<std::uint64_t>(cgroup_fd);
+  long ret;
+  void (*entry)(program_start*) = program_trampoline;
+  asm volatile(
+      "syscall\n\t"
+      "test %%rax, %%rax\n\t"
+      "jnz 1f\n\t"
+      // The child, on program_stack (16-byte aligned top): call entry(&start); it never returns.
+      "xor %%ebp, %%ebp\n\t"
+      "mov %[arg], %%rdi\n\t"
+      "call *%[entry]\n\t"
+      "ud2\n\t"
+      "1:\n\t"
+      : "=a"(ret)
+      : "a"(static_cast<long>(SYS_clone3)), "D"(&ca), "S"(sizeof ca), [entry] "r"(entry), [arg] "r"(&start)
+      : "rcx", "r11", "memory");
+  if (ret < 0) {
+    errno = static_cast<int>(-ret);
+    return -1;
+  }
+  return ret;
+}
+#endif
+
+// Starts the program: straight into the run's cgroup where the kernel can, else by vfork (the
+// program then writes itself into cgroup.procs).
+long start_program(const plan& p, int err_fd, long keeper_pid) {
+#if defined(__x86_64__)
+  if (p.cgroup_dir != nullptr) {
+    const int cgroup_fd =
+        static_cast<int>(sys(SYS_openat, AT_FDCWD, arg(p.cgroup_dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (cgroup_fd >= 0) {
+      const long pid = clone_into_cgroup(p, err_fd, keeper_pid, cgroup_fd);
+      const int clone_errno = errno;
+      sys(SYS_close, cgroup_fd);
+      if (pid > 0) return pid;
+      errno = clone_errno;  // ENOSYS, E2BIG (Linux < 5.7): the way every kernel has
+    }
+  }
+#endif
+  return vfork_program(p, err_fd, keeper_pid);
 }
 
 int sigchld_fd() {
