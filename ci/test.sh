@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the unit and end-to-end tests (CTest), `faultline verify` on the simulated
 # device, the pytest driver's tests, then the unit tests again under ASan+UBSan, the shared
-# accounting's tests under TSan, and the region validator's fuzz target for a minute.
+# accounting's tests under TSan, the region validator's fuzz target for a minute, and the cluster path
+# (manifests checked, sharding end to end, a one-node Slurm running the sharded soak for real).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export FAULTLINE_DEVICE=${FAULTLINE_DEVICE:-sim}
@@ -47,6 +48,9 @@ build-fuzz/bin/accounting_fuzz -max_total_time=30 -timeout=10 -print_final_stats
 # sharding by each scheduler's variables end to end (every run in one shard, the merge counts all).
 ci/cluster/check.sh
 .venv/bin/python -m pytest ci/cluster/tests -q -p no:cacheprovider
+# The Slurm path for real: a one-node Slurm (its own munged, slurmctld, slurmd) runs submit.sh's
+# array soak and gather, then a cancelled and requeued shard (about 80 s; root, as the daemons).
+if [ "$(id -u)" -eq 0 ]; then ci/cluster/slurm/one-node.sh; else sudo -E ci/cluster/slurm/one-node.sh; fi
 # --- end ci/cluster
 
 # The GPU record's generator (ci/gpu/record.py) over real-format fixtures.
