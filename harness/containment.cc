@@ -26,6 +26,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "harness/detail/clone_on_stack.h"
 #include "harness/detail/proc.h"
 #include "harness/detail/sys.h"
 #include "harness/keeper.h"
@@ -67,7 +68,8 @@ const lifeline_pipe& lifeline() {
 }
 
 std::mutex keepers_mu;
-std::unordered_map<pid_t, pid_t> keepers;  // program -> keeper
+std::unordered_map<pid_t, pid_t> keepers;              // program -> keeper
+std::unordered_map<pid_t, std::string> watched_runs;  // program -> its run cgroup (watched)
 
 // Every signal blocked in the calling thread while alive, so that a clone starts with all
 // blocked and no handler of the harness runs in it.
@@ -146,6 +148,10 @@ const std::string& keeper_program() {
   return path;
 }
 
+// Whether keeper_cgroup runs are watched (one watchdog, no keeper per run): the keeper program
+// is there to be the watchdog, and the kernel can clone into a cgroup from here.
+bool watchdog_wanted() { return detail::clone_on_stack_supported && !keeper_program().empty(); }
+
 // What the child of spawn_keeper_program needs; it shares the harness's memory until its exec.
 struct keeper_exec {
   const char* path = nullptr;
@@ -179,27 +185,13 @@ int keeper_exec_child(void* arg) {
 // CLONE_VFORK: no copy of the harness's page tables, which a fork-like clone of this
 // multi-threaded process costs, with its mmap lock held against every other thread), every signal
 // blocked across it and the child recorded as the harness's own.
-cloned spawn_keeper_program(const std::string& path, const keeper_plan& plan) {
+// Execs `path` with `args` (argv[0] = path), an empty environment and the descriptors `inherit`.
+cloned exec_keeper_program(const std::string& path, std::vector<std::string> args, std::vector<int> inherit) {
   cloned out;
-  // The program's environment, on a descriptor the keeper reads (keeper_arguments says why).
-  const std::string env = keeper::environment_block(plan.envp);
-  int env_fd = static_cast<int>(::syscall(SYS_memfd_create, "faultline-keeper-env", MFD_CLOEXEC));
-  if (env_fd < 0 || !detail::write_all(env_fd, env, "environment") || ::lseek(env_fd, 0, SEEK_SET) != 0) {
-    out.error = errno != 0 ? errno : EIO;
-    close_fd(env_fd);
-    return out;
-  }
-  std::vector<std::string> args = keeper::keeper_arguments(plan, env_fd);
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(path.c_str()));
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  std::vector<int> inherit;
-  for (int fd : {plan.socket_fd, plan.lifeline_fd, plan.null_fd, plan.stdout_fd, plan.stderr_fd, plan.cgroup_procs_fd,
-                 plan.cgroup_kill_fd})
-    if (fd >= 0) inherit.push_back(fd);
-  for (std::size_t i = 0; i < plan.keep_count; ++i) inherit.push_back(plan.keep_fds[i]);
-  inherit.push_back(env_fd);
   char* no_environment[] = {nullptr};
   keeper_exec k;
   k.path = path.c_str();
@@ -227,6 +219,26 @@ cloned spawn_keeper_program(const std::string& path, const keeper_plan& plan) {
     }
     return pid;
   });
+  return out;
+}
+
+cloned spawn_keeper_program(const std::string& path, const keeper_plan& plan) {
+  // The program's environment, on a descriptor the keeper reads (keeper_arguments says why).
+  const std::string env = keeper::environment_block(plan.envp);
+  int env_fd = static_cast<int>(::syscall(SYS_memfd_create, "faultline-keeper-env", MFD_CLOEXEC));
+  if (env_fd < 0 || !detail::write_all(env_fd, env, "environment") || ::lseek(env_fd, 0, SEEK_SET) != 0) {
+    cloned out;
+    out.error = errno != 0 ? errno : EIO;
+    close_fd(env_fd);
+    return out;
+  }
+  std::vector<int> inherit;
+  for (int fd : {plan.socket_fd, plan.lifeline_fd, plan.null_fd, plan.stdout_fd, plan.stderr_fd, plan.cgroup_procs_fd,
+                 plan.cgroup_kill_fd})
+    if (fd >= 0) inherit.push_back(fd);
+  for (std::size_t i = 0; i < plan.keep_count; ++i) inherit.push_back(plan.keep_fds[i]);
+  inherit.push_back(env_fd);
+  cloned out = exec_keeper_program(path, keeper::keeper_arguments(plan, env_fd), std::move(inherit));
   close_fd(env_fd);
   return out;
 }
@@ -491,25 +503,123 @@ run_cgroup open_run_cgroup(std::string dir) {
   return c;
 }
 
+// The watchdog: one faultline-keeper --watch per harness process (keeper.h), started on first need,
+// told of every run cgroup made and removed. If it cannot run, runs get keepers of their own.
+struct watchdog_link {
+  std::mutex mu;
+  bool tried = false;
+  pid_t pid = -1;
+  int pidfd = -1;
+  int socket = -1;
+  std::uint32_t next_id = 0;
+};
+
+watchdog_link& watchdog_state() {
+  static watchdog_link w;
+  return w;
+}
+
+// Whether the watchdog runs, starting it on the first call. Under w.mu.
+bool watchdog_up(watchdog_link& w) {
+  if (!w.tried) {
+    w.tried = true;
+    const std::string& program = keeper_program();
+    int sv[2];
+    if (program.empty() || !lifeline().error.is_ok() ||
+        ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+      return false;
+    const cloned c = exec_keeper_program(program, {"--watch", std::to_string(sv[1]), std::to_string(lifeline().read_fd)},
+                                         {sv[1], lifeline().read_fd});
+    ::close(sv[1]);
+    if (c.pid < 0) {
+      ::close(sv[0]);
+      return false;
+    }
+    w.pid = c.pid;
+    w.pidfd = c.pidfd;
+    w.socket = sv[0];
+  }
+  if (w.socket < 0) return false;
+  pollfd gone{w.pidfd, POLLIN, 0};
+  if (::poll(&gone, 1, 0) != 0) {  // it died: no watched run from now on
+    close_fd(w.socket);
+    kill_and_reap(w.pid, w.pidfd);
+    close_fd(w.pidfd);
+    return false;
+  }
+  return true;
+}
+
+bool send_watch(watchdog_link& w, const keeper::watch_message& m, int pass_fd) {
+  iovec iov{const_cast<keeper::watch_message*>(&m), sizeof m};
+  msghdr h{};
+  h.msg_iov = &iov;
+  h.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (pass_fd >= 0) {
+    h.msg_control = control;
+    h.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&h);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  }
+  ssize_t n;
+  do n = ::sendmsg(w.socket, &h, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(sizeof m);
+}
+
+// Tells the watchdog of a new run cgroup; its number, or 0 when it is not watched.
+std::uint32_t watch_cgroup(const std::string& dir, int kill_fd) {
+  auto& w = watchdog_state();
+  std::lock_guard lock(w.mu);
+  keeper::watch_message m{};
+  if (!watchdog_up(w) || dir.size() >= sizeof m.dir) return 0;
+  m.kind = keeper::watch_add;
+  m.id = ++w.next_id;
+  std::memcpy(m.dir, dir.c_str(), dir.size() + 1);
+  return send_watch(w, m, kill_fd) ? m.id : 0;
+}
+
+void forget_cgroup(std::uint32_t id) {
+  if (id == 0) return;
+  auto& w = watchdog_state();
+  std::lock_guard lock(w.mu);
+  if (w.socket < 0) return;
+  keeper::watch_message m{};
+  m.kind = keeper::watch_forget;
+  m.id = id;
+  send_watch(w, m, -1);
+}
+
 void remove_run_cgroup(run_cgroup& c) {
   close_fd(c.procs_fd);
   close_fd(c.kill_fd);
   if (!c.dir.empty()) ::rmdir(c.dir.c_str());
+  forget_cgroup(c.watch_id);
+  c.watch_id = 0;
   c.dir.clear();
 }
+
+struct idle_cgroup {
+  std::string dir;
+  std::uint32_t watch_id = 0;
+};
 
 // Empty cgroups of finished runs (their directories), lent to the next runs: creating and
 // removing a cgroup for every run serialises on the kernel's cgroup_mutex and costs each run an
 // RCU grace period or two. Removed at exit; a harness killed before leaves them, empty, for the
 // next harness to remove (sweep_stale_cgroups).
 std::mutex cgroup_pool_mu;
-std::vector<std::string> idle_cgroups;
+std::vector<idle_cgroup> idle_cgroups;
 std::vector<std::string> doomed_cgroups;  // killed, not yet empty when their run ended
 
 void remove_idle_cgroups() {
   std::unique_lock lock(cgroup_pool_mu, std::try_to_lock);  // at exit another thread may hold it
   if (!lock.owns_lock()) return;
-  for (const auto& dir : idle_cgroups) ::rmdir(dir.c_str());
+  for (const auto& c : idle_cgroups) ::rmdir(c.dir.c_str());  // the watchdog forgets them as it ends
   for (const auto& dir : doomed_cgroups) ::rmdir(dir.c_str());
   idle_cgroups.clear();
   doomed_cgroups.clear();
@@ -519,20 +629,27 @@ void remove_idle_cgroups() {
 run_cgroup acquire_run_cgroup() {
   if (cgroups().dir.empty()) return {};
   for (;;) {
-    std::string dir;
+    idle_cgroup idle;
     {
       std::lock_guard lock(cgroup_pool_mu);
       if (idle_cgroups.empty()) break;
-      dir = std::move(idle_cgroups.back());
+      idle = std::move(idle_cgroups.back());
       idle_cgroups.pop_back();
     }
-    if (auto c = open_run_cgroup(std::move(dir)); !c.dir.empty()) return c;
+    auto c = open_run_cgroup(std::move(idle.dir));
+    if (!c.dir.empty()) {
+      c.watch_id = idle.watch_id;
+      return c;
+    }
+    forget_cgroup(idle.watch_id);
   }
   static const bool cleanup_registered = std::atexit(remove_idle_cgroups) == 0;
   (void)cleanup_registered;
   std::string dir = cgroups().dir + "/faultline." + std::to_string(::getpid()) + "." + std::to_string(++cgroup_sequence);
   if (::mkdir(dir.c_str(), 0755) != 0) return {};
-  return open_run_cgroup(std::move(dir));
+  auto c = open_run_cgroup(std::move(dir));
+  if (!c.dir.empty()) c.watch_id = watch_cgroup(c.dir, c.kill_fd);
+  return c;
 }
 
 // Whether no process is left in the cgroup (its cgroup.events says "populated 0").
@@ -561,9 +678,138 @@ void release_run_cgroup(run_cgroup c) {
   close_fd(c.procs_fd);
   close_fd(c.kill_fd);
   std::lock_guard lock(cgroup_pool_mu);
-  idle_cgroups.push_back(std::move(c.dir));
+  idle_cgroups.push_back({std::move(c.dir), c.watch_id});
 }
 
+
+// What the child of spawn_watched needs; it shares the harness's memory until its exec.
+struct watched_start {
+  const char* path = nullptr;
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  const char* cwd = nullptr;
+  int null_fd = -1;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  const int* keep_fds = nullptr;
+  std::size_t keep_count = 0;
+  bool new_process_group = true;
+  int error = 0;  // the child's errno when it could not exec
+};
+
+void place_descriptor(int from, int to) {
+  if (from == to) ::syscall(SYS_fcntl, to, F_SETFD, 0);
+  else ::syscall(SYS_dup3, from, to, 0);
+}
+
+// The program's first steps, in the harness's memory on a stack of its own while the calling
+// thread waits (CLONE_VFORK): system calls only, as posix_spawn's child.
+void watched_child(void* arg) {
+  auto* w = static_cast<watched_start*>(arg);
+  if (w->new_process_group) ::syscall(SYS_setpgid, 0, 0);
+  place_descriptor(w->null_fd, 0);
+  place_descriptor(w->stdout_fd >= 0 ? w->stdout_fd : w->null_fd, 1);
+  place_descriptor(w->stderr_fd >= 0 ? w->stderr_fd : 1, 2);
+  for (std::size_t i = 0; i < w->keep_count; ++i) ::syscall(SYS_fcntl, w->keep_fds[i], F_SETFD, 0);
+  struct {
+    void (*handler)(int);
+    unsigned long flags;
+    void (*restorer)();
+    std::uint64_t mask;
+  } dfl{};
+  for (int sig = 1; sig < 65; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, 8);
+  std::uint64_t none = 0;
+  ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, 8);
+  if (w->cwd == nullptr || ::syscall(SYS_chdir, w->cwd) == 0) ::syscall(SYS_execve, w->path, w->argv, w->envp);
+  w->error = errno;
+  for (;;) ::syscall(SYS_exit_group, 127);
+}
+
+// cgroup+watchdog: the program is the harness's own child, started the way posix_spawn starts
+// one but straight into a run cgroup that the watchdog kills if the harness dies — no process
+// beside it, as bare. unavailable when this cannot be done here (then the run gets a keeper).
+core::result<child> spawn_watched(const spawn_options& o) {
+  static std::atomic<bool> unsupported{!detail::clone_on_stack_supported};
+  if (unsupported.load()) return core::status(core::errc::unavailable, "no CLONE_INTO_CGROUP");
+  auto path = resolve_program(o.argv[0]);
+  if (!path) return path.error();
+  if (!o.cwd.empty() && (*path)[0] != '/') {
+    std::error_code ec;
+    *path = (std::filesystem::current_path(ec) / *path).string();  // found from here, not o.cwd
+  }
+  run_cgroup cg = acquire_run_cgroup();
+  if (cg.dir.empty() || cg.watch_id == 0) {
+    release_run_cgroup(std::move(cg));
+    return core::status(core::errc::unavailable, "no watched cgroup");
+  }
+  const int dir_fd = ::open(cg.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  std::vector<char*> argv, envp;
+  for (const auto& a : o.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : o.envp) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  watched_start w;
+  w.path = path->c_str();
+  w.argv = argv.data();
+  w.envp = envp.data();
+  w.cwd = o.cwd.empty() ? nullptr : o.cwd.c_str();
+  w.null_fd = null_fd;
+  w.stdout_fd = o.stdout_fd;
+  w.stderr_fd = o.stderr_fd;
+  w.keep_fds = o.keep_fds.data();
+  w.keep_count = o.keep_fds.size();
+  w.new_process_group = o.new_process_group;
+  constexpr std::size_t stack_bytes = 64 * 1024;
+  auto stack = std::make_unique<unsigned char[]>(stack_bytes);
+  int pidfd = -1;
+  int clone_errno = 0;
+  pid_t pid = -1;
+  if (dir_fd >= 0 && null_fd >= 0) {
+    signals_blocked blocked;
+    pid = start_owned([&]() -> pid_t {
+      clone_args ca{};
+      ca.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP | CLONE_PIDFD;
+      ca.pidfd = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&pidfd));
+      ca.exit_signal = SIGCHLD;
+      ca.stack = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(stack.get()));
+      ca.stack_size = stack_bytes;
+      ca.cgroup = static_cast<std::uint64_t>(dir_fd);
+      const long r = detail::clone_on_stack(&ca, watched_child, &w);
+      if (r < 0) {
+        clone_errno = errno;
+        return -1;
+      }
+      if (w.error != 0) {  // it could not exec, and has exited
+        int status;
+        while (::waitpid(static_cast<pid_t>(r), &status, __WALL) < 0 && errno == EINTR) {
+        }
+        close_fd(pidfd);
+        return -1;
+      }
+      return static_cast<pid_t>(r);
+    });
+  } else {
+    clone_errno = errno;
+  }
+  if (dir_fd >= 0) ::close(dir_fd);
+  if (null_fd >= 0) ::close(null_fd);
+  if (pid < 0) {
+    release_run_cgroup(std::move(cg));
+    if (w.error != 0) return detail::sys_error(w.error, "spawn " + o.argv[0]);
+    if (clone_errno == ENOSYS || clone_errno == E2BIG || clone_errno == EINVAL || clone_errno == EOPNOTSUPP)
+      unsupported = true;
+    return core::status(core::errc::unavailable, std::string("clone3 into a cgroup: ") + std::strerror(clone_errno));
+  }
+  {
+    std::lock_guard lock(keepers_mu);
+    watched_runs[pid] = cg.dir;
+  }
+  auto handle = std::make_unique<detail::keeper_handle>(std::move(cg));
+  handle->set_program(pid);
+  return child(pid, pidfd, std::move(handle));
+}
 
 // Reads the keeper's first report: started (with the program's pidfd) or exec_failed.
 struct first_report {
@@ -691,7 +937,7 @@ const char* summary_of(containment_kind k, bool user_ns) {
   switch (k) {
     case containment_kind::pid_namespace:
       return user_ns ? "pid namespace (in a user namespace, its keeper starting each program)" : "pid namespace";
-    case containment_kind::keeper_cgroup: return "cgroup+keeper+pdeathsig";
+    case containment_kind::keeper_cgroup: return watchdog_wanted() ? "cgroup+watchdog" : "cgroup+keeper+pdeathsig";
     case containment_kind::keeper: return "keeper+pdeathsig";
     case containment_kind::none: return "process group only";
   }
@@ -772,6 +1018,12 @@ bool keepers_pooled(containment_kind kind) {
 }
 
 core::status prepare_containment(unsigned runs_at_once) {
+  if (containment().kind == containment_kind::keeper_cgroup && watchdog_wanted()) {
+    auto& w = watchdog_state();
+    std::lock_guard lock(w.mu);
+    watchdog_up(w);  // where it cannot start, runs get keepers of their own
+    return {};
+  }
   if (!keepers_pooled(containment().kind)) return {};
   std::vector<pooled_keeper> made;
   {
@@ -791,6 +1043,18 @@ core::status prepare_containment(unsigned runs_at_once) {
   std::lock_guard lock(pool_mu);
   idle_keepers.insert(idle_keepers.end(), made.begin(), made.end());
   return out;
+}
+
+bool keeper_per_run(containment_kind kind) {
+  if (kind == containment_kind::none) return false;
+  if (kind == containment_kind::keeper_cgroup) return !watchdog_wanted();
+  return true;
+}
+
+std::string run_cgroup_of(pid_t program) {
+  std::lock_guard lock(keepers_mu);
+  auto it = watched_runs.find(program);
+  return it == watched_runs.end() ? std::string() : it->second;
 }
 
 pid_t keeper_of(pid_t program) {
@@ -835,6 +1099,10 @@ core::result<child> spawn_contained(const spawn_options& o, containment_kind kin
     }
     c->keeper_ = std::make_unique<detail::keeper_handle>(k->pid, k->pidfd, k->ns_fd, c->pid(), c->pidfd());
     return c;
+  }
+  if (kind == containment_kind::keeper_cgroup && watchdog_wanted()) {
+    auto watched = spawn_watched(o);
+    if (watched || watched.error().code() != core::errc::unavailable) return watched;
   }
   auto path = resolve_program(o.argv[0]);
   if (!path) return path.error();
@@ -939,6 +1207,8 @@ core::result<child> spawn_contained(const spawn_options& o, containment_kind kin
 
 namespace detail {
 
+keeper_handle::keeper_handle(run_cgroup cgroup) : keeper_(-1), keeper_pidfd_(-1), program_(-1), cgroup_(std::move(cgroup)) {}
+
 keeper_handle::keeper_handle(pid_t keeper, int keeper_pidfd, int socket, pid_t program, run_cgroup cgroup)
     : keeper_(keeper), keeper_pidfd_(keeper_pidfd), socket_(socket), program_(program), cgroup_(std::move(cgroup)) {}
 
@@ -951,7 +1221,15 @@ keeper_handle::~keeper_handle() {
     std::lock_guard lock(keepers_mu);
     if (auto it = keepers.find(program_); it != keepers.end() && it->second == keeper_) keepers.erase(it);
   }
-  if (relays()) end_relaying_keeper();
+  if (keeper_ < 0) {  // watched: kills what is left in the cgroup
+    {
+      std::lock_guard lock(keepers_mu);
+      if (auto it = watched_runs.find(program_); it != watched_runs.end() && it->second == cgroup_.dir)
+        watched_runs.erase(it);
+    }
+    release_run_cgroup(std::move(cgroup_));
+  }
+  else if (relays()) end_relaying_keeper();
   else release_keeper(pooled_keeper{keeper_, keeper_pidfd_, ns_fd_}, program_pidfd_);
   close_fd(program_pidfd_);
 }

@@ -17,6 +17,10 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness/detail/clone_on_stack.h"
 
 namespace faultline::harness::keeper {
 namespace {
@@ -320,7 +324,6 @@ void end_tree(const plan& p, bool harness_gone) {
   return pid;
 }
 
-#if defined(__x86_64__)
 // What the program's first frame needs, for clone_into_cgroup's child.
 struct program_start {
   const plan* p;
@@ -328,15 +331,17 @@ struct program_start {
   long keeper_pid;
 };
 
-[[noreturn]] void program_trampoline(program_start* s) { program_main(*s->p, s->err_fd, s->keeper_pid, true); }
+void program_trampoline(void* s) {
+  auto* start = static_cast<program_start*>(s);
+  program_main(*start->p, start->err_fd, start->keeper_pid, true);
+}
 
 // The program's stack until its exec (the keeper is single-threaded, and waits: CLONE_VFORK).
 alignas(64) unsigned char program_stack[64 * 1024];
 
 // clone3(CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP): the program starts inside the run's cgroup
 // instead of moving itself there by writing cgroup.procs, which takes the kernel's
-// cgroup_threadgroup_rwsem for writing (an RCU grace period, on every run). The child runs on
-// program_stack from its first instruction, so (unlike vfork) it shares no frame with the keeper.
+// cgroup_threadgroup_rwsem for writing (an RCU grace period, on every run).
 long clone_into_cgroup(const plan& p, int err_fd, long keeper_pid, int cgroup_fd) {
   program_start start{&p, err_fd, keeper_pid};
   clone_args ca{};
@@ -345,34 +350,13 @@ long clone_into_cgroup(const plan& p, int err_fd, long keeper_pid, int cgroup_fd
   ca.stack = reinterpret_cast<std::uint64_t>(program_stack);
   ca.stack_size = sizeof program_stack;
   ca.cgroup = static_cast<std::uint64_t>(cgroup_fd);
-  long ret;
-  void (*entry)(program_start*) = program_trampoline;
-  asm volatile(
-      "syscall\n\t"
-      "test %%rax, %%rax\n\t"
-      "jnz 1f\n\t"
-      // The child, on program_stack (16-byte aligned top): call entry(&start); it never returns.
-      "xor %%ebp, %%ebp\n\t"
-      "mov %[arg], %%rdi\n\t"
-      "call *%[entry]\n\t"
-      "ud2\n\t"
-      "1:\n\t"
-      : "=a"(ret)
-      : "a"(static_cast<long>(SYS_clone3)), "D"(&ca), "S"(sizeof ca), [entry] "r"(entry), [arg] "r"(&start)
-      : "rcx", "r11", "memory");
-  if (ret < 0) {
-    errno = static_cast<int>(-ret);
-    return -1;
-  }
-  return ret;
+  return detail::clone_on_stack(&ca, program_trampoline, &start);
 }
-#endif
 
 // Starts the program: straight into the run's cgroup where the kernel can, else by vfork (the
 // program then writes itself into cgroup.procs).
 long start_program(const plan& p, int err_fd, long keeper_pid) {
-#if defined(__x86_64__)
-  if (p.cgroup_dir != nullptr) {
+  if (detail::clone_on_stack_supported && p.cgroup_dir != nullptr) {
     const int cgroup_fd =
         static_cast<int>(sys(SYS_openat, AT_FDCWD, arg(p.cgroup_dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (cgroup_fd >= 0) {
@@ -383,7 +367,6 @@ long start_program(const plan& p, int err_fd, long keeper_pid) {
       errno = clone_errno;  // ENOSYS, E2BIG (Linux < 5.7): the way every kernel has
     }
   }
-#endif
   return vfork_program(p, err_fd, keeper_pid);
 }
 
@@ -538,6 +521,77 @@ void detach_stdio(const plan& p) {
   sys_exit(0);
 }
 
+
+[[noreturn]] void watchdog_main(int socket_fd, int lifeline_fd) {
+  struct sched_param idle_param {};
+  sys(SYS_sched_setscheduler, 0, SCHED_IDLE, arg(&idle_param));
+  sys(SYS_prctl, PR_SET_NAME, arg("faultline-watch"));
+  close_fds_where([&](int fd) { return fd > 2 && fd != socket_fd && fd != lifeline_fd; });
+  plan quiet;
+  detach_stdio(quiet);
+  struct watched {
+    std::uint32_t id;
+    int kill_fd;
+    std::string dir;
+  };
+  std::vector<watched> cgroups;
+  bool harness_gone = false;
+  while (!harness_gone) {
+    pollfd fds[2] = {{socket_fd, POLLIN, 0}, {lifeline_fd, POLLIN, 0}};
+    long r = sys(SYS_ppoll, arg(fds), 2, 0, 0, 0);
+    if (r < 0 && errno != EINTR) break;
+    // Every message first: a harness that dies right after telling of a cgroup has it killed.
+    for (;;) {
+      watch_message m{};
+      iovec iov{&m, sizeof m};
+      msghdr h{};
+      h.msg_iov = &iov;
+      h.msg_iovlen = 1;
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+      h.msg_control = control;
+      h.msg_controllen = sizeof control;
+      const long n = sys(SYS_recvmsg, socket_fd, arg(&h), MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n <= 0) {  // EOF: the harness's end is closed
+        harness_gone = true;
+        break;
+      }
+      int passed = -1;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&passed, CMSG_DATA(c), sizeof(int));
+      m.dir[sizeof m.dir - 1] = '\0';
+      if (m.kind == watch_add && passed >= 0) {
+        cgroups.push_back({m.id, passed, m.dir});
+        passed = -1;
+      } else if (m.kind == watch_forget) {
+        for (auto it = cgroups.begin(); it != cgroups.end(); ++it) {
+          if (it->id != m.id) continue;
+          sys(SYS_close, it->kill_fd);
+          cgroups.erase(it);
+          break;
+        }
+      }
+      if (passed >= 0) sys(SYS_close, passed);
+    }
+    if (fds[1].revents != 0) harness_gone = true;
+  }
+  for (const auto& c : cgroups) sys_write_all(c.kill_fd, "1", 1);
+  // Removed once empty: a killed process leaves its cgroup when it has exited (a zombie does not
+  // hold it). ~10 s for what is stuck in the kernel; what is left then stays.
+  for (int round = 0; round < 1000 && !cgroups.empty(); ++round) {
+    for (auto it = cgroups.begin(); it != cgroups.end();) {
+      if (sys(SYS_unlinkat, AT_FDCWD, arg(it->dir.c_str()), AT_REMOVEDIR) == 0 || errno == ENOENT) {
+        sys(SYS_close, it->kill_fd);
+        it = cgroups.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!cgroups.empty()) sys_sleep_ms(10);
+  }
+  sys_exit(0);
+}
 
 namespace {
 

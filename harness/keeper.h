@@ -68,6 +68,22 @@ struct plan {
 /// A child that only exits, after one byte on sync_fd when there is one (probes what clone3 allows).
 [[noreturn]] void probe_main(int sync_fd);
 
+/// The watchdog: one keeper for all the runs of a harness whose programs it does not start
+/// (containment.h, "cgroup+watchdog"). The harness tells it of every run cgroup it makes (watch,
+/// with the cgroup's cgroup.kill riding along) and of every one it removes (forget). When the
+/// lifeline or the socket reports EOF (the harness is gone), it writes cgroup.kill of every
+/// cgroup it watches, waits (bounded) for them to empty, removes them and exits.
+struct watch_message {
+  std::uint32_t kind;  ///< watch_add or watch_forget
+  std::uint32_t id;    ///< the harness's number for the cgroup
+  char dir[4096];      ///< watch_add: the cgroup's directory, NUL-terminated
+};
+inline constexpr std::uint32_t watch_add = 1;
+inline constexpr std::uint32_t watch_forget = 2;
+
+/// Runs the watchdog on `socket_fd` and `lifeline_fd`; never returns.
+[[noreturn]] void watchdog_main(int socket_fd, int lifeline_fd);
+
 /// The arguments of faultline-keeper for `p` (not a pid-namespace plan), argv[0] excluded: the
 /// plan's descriptors, flags and paths, then "--" and the program's argv. The program's
 /// environment goes separately, on a descriptor (`env_fd`, from environment_block's text; -1 for

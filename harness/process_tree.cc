@@ -9,6 +9,7 @@
 #include <csignal>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -52,7 +53,7 @@ pid_t innermost_pid(pid_t pid) {
 }  // namespace
 
 process_tree::process_tree(pid_t leader, std::string run_dir)
-    : leader_(leader), keeper_(keeper_of(leader)), run_dir_(std::move(run_dir)) {
+    : leader_(leader), keeper_(keeper_of(leader)), cgroup_(run_cgroup_of(leader)), run_dir_(std::move(run_dir)) {
   {
     std::lock_guard lock(active_mu);
     active_runs.insert(run_dir_);
@@ -90,8 +91,24 @@ bool process_tree::exited(member& m) {
 }
 
 void process_tree::refresh() {
-  // With the harness a subreaper, every process of the run is one of its descendants.
-  refresh(detail::descendants(::getpid()));
+  // With the harness a subreaper, every process of the run is one of its descendants; a watched
+  // run's processes are also in its cgroup, wherever they were reparented.
+  auto procs = detail::descendants(::getpid());
+  for (pid_t pid : cgroup_members()) {
+    if (std::none_of(procs.begin(), procs.end(), [&](const detail::proc_stat& p) { return p.pid == pid; }))
+      if (auto st = detail::read_stat(pid)) procs.push_back(*st);
+  }
+  refresh(procs);
+}
+
+std::unordered_set<pid_t> process_tree::cgroup_members() const {
+  std::unordered_set<pid_t> out;
+  if (cgroup_.empty()) return out;
+  if (auto text = detail::read_file(cgroup_ + "/cgroup.procs", 1 << 20)) {
+    std::istringstream in(*text);
+    for (pid_t pid; in >> pid;) out.insert(pid);
+  }
+  return out;
 }
 
 void process_tree::refresh(const std::vector<detail::proc_stat>& procs) {
@@ -108,6 +125,7 @@ void process_tree::refresh(const std::vector<detail::proc_stat>& procs) {
       members_.erase(it);
     }
   }
+  const std::unordered_set<pid_t> in_cgroup = cgroup_members();
   std::unordered_map<pid_t, std::string> env_dir;  // orphans' FAULTLINE_RUN_DIR, read once
   std::unordered_set<pid_t> gone;                   // vanished since the scan: not retried
   bool grew = true;
@@ -115,7 +133,7 @@ void process_tree::refresh(const std::vector<detail::proc_stat>& procs) {
     grew = false;
     for (const auto& p : procs) {
       if (p.pid == self || p.pid == keeper_ || members_.count(p.pid) || gone.count(p.pid)) continue;
-      bool mine = live.count(p.ppid) || p.pgrp == leader_;
+      bool mine = live.count(p.ppid) || p.pgrp == leader_ || in_cgroup.count(p.pid);
       if (!mine && p.ppid == self && !is_owned(p.pid)) {
         auto it = env_dir.find(p.pid);
         if (it == env_dir.end())

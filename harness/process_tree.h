@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <map>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -76,9 +77,11 @@ class process_tree {
   };
   bool exited(member& m);
   bool add(const detail::proc_stat& p);
+  std::unordered_set<pid_t> cgroup_members() const;
 
   pid_t leader_;
   pid_t keeper_ = -1;
+  std::string cgroup_;  // a watched run's cgroup (containment.h: run_cgroup_of), or ""
   std::string run_dir_;
   std::map<pid_t, member> members_;
 };

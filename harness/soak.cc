@@ -1,5 +1,7 @@
 #include "harness/soak.h"
 
+#include "harness/containment.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -339,6 +341,9 @@ core::result<soak_result> run_soak(const soak_options& o) {
            format_duration(state.budget) + " budget";
   };
 
+  // The containment's own processes and descriptors (a watchdog and its socket) exist before the
+  // descriptor check's first look, not as something a run left behind.
+  if (auto s = prepare_containment(o.jobs); !s) warn("containment: " + s.message());
   // Between runs: the leak checks (every few runs) and the state (at most once a second).
   const fs::path out_abs = fs::absolute(o.out_dir, ec).lexically_normal();
   leak_checker leaks(o.grace, {(out_abs / "results.jsonl").string(), (out_abs / "report.").string(),
