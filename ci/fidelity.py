@@ -24,6 +24,8 @@ Modes (--modes, comma-separated; default bare-pipe,bare-null,bare-file,default,a
   amplified   faultline exec --faults 'exit/end=delay(100ms)' (the exit-race amplifier; never
               judged: it exists to change the rate)
   no-cores    faultline exec --crash-capture none (no core dumps)
+  keeper      faultline exec with a keeper process per run (FAULTLINE_KEEPER=clone), as every run
+              had before the cgroup watchdog
 Each harness mode but amplified is faithful when its rate lies inside the reference's interval;
 the exit status is 1 when one is not. The other bare modes are shown against the reference in
 parentheses, for information: they say how much the destination alone moves the rate here.
@@ -67,7 +69,11 @@ AMPLIFIER = "exit/end=delay(100ms)"
 BARE_MODES = ("bare-pipe", "bare-null", "bare-file")
 HARNESS_EXTRAS = {"default": [], "no-preload": ["--no-preload"],
                   "inside": ["--env", "FAULTLINE_AGENT_CRASH=report"],
-                  "amplified": ["--faults", AMPLIFIER], "no-cores": ["--crash-capture", "none"]}
+                  "amplified": ["--faults", AMPLIFIER], "no-cores": ["--crash-capture", "none"],
+                  "keeper": []}
+# Modes that differ in faultline's environment: `keeper` is containment with a keeper process per
+# run (cloned from the harness), what every run had before the watchdog.
+HARNESS_ENV = {"keeper": {"FAULTLINE_KEEPER": "clone"}}
 ALIASES = {"bare": "bare-null"}  # what `bare` meant before the destinations were told apart
 
 
@@ -138,11 +144,12 @@ def run_bare(argv, jobs, timeout, mode, workdir, cwd):
     return failures, jobs
 
 
-def run_faultline(faultline, argv, jobs, timeout, seed, extra, workdir, cwd):
+def run_faultline(faultline, argv, jobs, timeout, seed, extra, workdir, cwd, env=None):
     out = os.path.join(workdir, "out")
     cmd = [faultline, "exec", "--repeat", str(jobs), "--jobs", str(jobs), "--seed", str(seed),
            "--timeout", f"{timeout}s", "--out", out, "--json"] + extra + ["--"] + argv
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=cwd)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=cwd,
+                       env=dict(os.environ, **env) if env else None)
     if r.returncode not in (0, 1):
         sys.exit(f"fidelity: faultline failed ({r.returncode}): {shlex.join(cmd)}")
     summary = json.loads(r.stdout.strip().splitlines()[-1])
@@ -199,7 +206,8 @@ def main():
                     if m in BARE_MODES:
                         k, n = run_bare(argv, a.jobs, a.timeout, m, work, cwd)
                     else:
-                        k, n = run_faultline(faultline, argv, a.jobs, a.timeout, r + 1, HARNESS_EXTRAS[m], work, cwd)
+                        k, n = run_faultline(faultline, argv, a.jobs, a.timeout, r + 1, HARNESS_EXTRAS[m], work, cwd,
+                                                 HARNESS_ENV.get(m))
                     counts[m][0] += k
                     counts[m][1] += n
                 if sys.stderr.isatty():

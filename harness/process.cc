@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <shared_mutex>
 #include <set>
 
 #include "harness/containment.h"
@@ -23,9 +24,13 @@ extern char** environ;
 namespace faultline::harness {
 namespace {
 
-// Owned children. Spawning and stray reaping both hold the lock, so a child that exits before
-// its owner registered it cannot be taken for a stray.
-std::mutex owned_mu;
+// Owned children. A spawn holds spawn_gate shared from before its child exists until the child is
+// registered; stray reaping and every ownership question hold it exclusively, so a child that
+// exits before its owner registered it cannot be taken for a stray. Shared, because a spawn holds
+// it until its child's exec is done (CLONE_VFORK, posix_spawn): exclusive, it serialised every
+// run's start across a campaign's threads (at --jobs 16 it was held nearly all the time).
+std::shared_mutex spawn_gate;
+std::mutex owned_mu;  // the set itself
 std::set<pid_t> owned;
 
 }  // namespace
@@ -160,12 +165,15 @@ core::result<child> spawn(const spawn_options& o) {
   pid_t pid = -1;
   int err = 0, pidfd = -1;
   {
-    std::lock_guard lock(owned_mu);
+    std::shared_lock gate(spawn_gate);
     err = o.argv[0].find('/') == std::string::npos
               ? ::posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.data())
               : ::posix_spawn(&pid, program.c_str(), &fa, &attr, argv.data(), envp.data());
     if (err == 0) {
-      owned.insert(pid);
+      {
+        std::lock_guard lock(owned_mu);
+        owned.insert(pid);
+      }
       // The child cannot have been reaped yet (we own it), so its pid is still its own.
       pidfd = detail::pidfd_open(pid);
     }
@@ -283,6 +291,7 @@ std::vector<detail::proc_stat> direct_children() {
 void reap_strays() {
   for (const auto& p : direct_children()) {
     if (p.state != 'Z') continue;
+    std::unique_lock gate(spawn_gate);
     std::lock_guard lock(owned_mu);
     if (owned.count(p.pid)) continue;
     int status;
@@ -300,14 +309,18 @@ std::vector<pid_t> stray_children() {
 }
 
 bool is_owned(pid_t pid) {
+  std::unique_lock gate(spawn_gate);
   std::lock_guard lock(owned_mu);
   return owned.count(pid) != 0;
 }
 
 pid_t start_owned(const std::function<pid_t()>& start) {
-  std::lock_guard lock(owned_mu);
+  std::shared_lock gate(spawn_gate);
   pid_t pid = start();
-  if (pid > 0) owned.insert(pid);
+  if (pid > 0) {
+    std::lock_guard lock(owned_mu);
+    owned.insert(pid);
+  }
   return pid;
 }
 

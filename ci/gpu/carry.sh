@@ -55,7 +55,7 @@ carry_libs() {  # the libraries of $1 that a stock machine lacks, into DEST/lib 
 }
 
 missing=()
-programs=(faultline faultline-core-handler faultline-scenarios cuda_backend_test alloc_test ipc_test registry_test accounting_test
+programs=(faultline faultline-keeper faultline-core-handler faultline-scenarios cuda_backend_test alloc_test ipc_test registry_test accounting_test
           fl_testdata_pass fl_testdata_noop fl_accounting_node)
 for p in "$build"/bin/*_bench "$build"/bin/fl_cuda_*; do
   [ -x "$p" ] && programs+=("$(basename "$p")")
