@@ -164,7 +164,9 @@ struct keeper_exec {
 
 // The child of spawn_keeper_program, on a stack of its own in the harness's memory while the
 // calling thread waits (CLONE_VFORK): as posix_spawn's child, it only makes system calls.
-int keeper_exec_child(void* arg) {
+// Not instrumented (a sanitizer build's checks would write shadow memory for a stack that is
+// freed once the child has exec'd, and its runtime is not meant to run in such a child).
+__attribute__((no_sanitize("address", "undefined"))) int keeper_exec_child(void* arg) {
   auto* k = static_cast<keeper_exec*>(arg);
   struct kernel_sigaction {
     void (*handler)(int);
@@ -697,14 +699,14 @@ struct watched_start {
   int error = 0;  // the child's errno when it could not exec
 };
 
-void place_descriptor(int from, int to) {
+__attribute__((no_sanitize("address", "undefined"))) void place_descriptor(int from, int to) {
   if (from == to) ::syscall(SYS_fcntl, to, F_SETFD, 0);
   else ::syscall(SYS_dup3, from, to, 0);
 }
 
 // The program's first steps, in the harness's memory on a stack of its own while the calling
 // thread waits (CLONE_VFORK): system calls only, as posix_spawn's child.
-void watched_child(void* arg) {
+__attribute__((no_sanitize("address", "undefined"))) void watched_child(void* arg) {
   auto* w = static_cast<watched_start*>(arg);
   if (w->new_process_group) ::syscall(SYS_setpgid, 0, 0);
   place_descriptor(w->null_fd, 0);
