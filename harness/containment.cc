@@ -166,8 +166,7 @@ struct keeper_exec {
 // calling thread waits (CLONE_VFORK): as posix_spawn's child, it only makes system calls.
 // Not instrumented (a sanitizer build's checks would write shadow memory for a stack that is
 // freed once the child has exec'd, and its runtime is not meant to run in such a child).
-__attribute__((no_sanitize("address", "undefined"))) int keeper_exec_child(void* arg) {
-  auto* k = static_cast<keeper_exec*>(arg);
+__attribute__((no_sanitize("address", "undefined"))) void default_signal_dispositions() {
   struct kernel_sigaction {
     void (*handler)(int);
     unsigned long flags;
@@ -177,6 +176,11 @@ __attribute__((no_sanitize("address", "undefined"))) int keeper_exec_child(void*
   // Handlers reset at exec anyway; an ignored signal would stay ignored.
   for (int sig = 1; sig < 65; ++sig)
     if (sig != SIGKILL && sig != SIGSTOP) ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, 8);
+}
+
+__attribute__((no_sanitize("address", "undefined"))) int keeper_exec_child(void* arg) {
+  auto* k = static_cast<keeper_exec*>(arg);
+  default_signal_dispositions();
   for (std::size_t i = 0; i < k->inherit_count; ++i) ::syscall(SYS_fcntl, k->inherit[i], F_SETFD, 0);
   ::syscall(SYS_execve, k->path, k->argv, k->envp);
   k->error = errno;
@@ -553,24 +557,7 @@ bool watchdog_up(watchdog_link& w) {
 }
 
 bool send_watch(watchdog_link& w, const keeper::watch_message& m, int pass_fd) {
-  iovec iov{const_cast<keeper::watch_message*>(&m), sizeof m};
-  msghdr h{};
-  h.msg_iov = &iov;
-  h.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (pass_fd >= 0) {
-    h.msg_control = control;
-    h.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&h);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-  }
-  ssize_t n;
-  do n = ::sendmsg(w.socket, &h, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  return n == static_cast<ssize_t>(sizeof m);
+  return keeper::send_record(w.socket, &m, sizeof m, pass_fd);
 }
 
 // Tells the watchdog of a new run cgroup; its number, or 0 when it is not watched.
@@ -713,14 +700,7 @@ __attribute__((no_sanitize("address", "undefined"))) void watched_child(void* ar
   place_descriptor(w->stdout_fd >= 0 ? w->stdout_fd : w->null_fd, 1);
   place_descriptor(w->stderr_fd >= 0 ? w->stderr_fd : 1, 2);
   for (std::size_t i = 0; i < w->keep_count; ++i) ::syscall(SYS_fcntl, w->keep_fds[i], F_SETFD, 0);
-  struct {
-    void (*handler)(int);
-    unsigned long flags;
-    void (*restorer)();
-    std::uint64_t mask;
-  } dfl{};
-  for (int sig = 1; sig < 65; ++sig)
-    if (sig != SIGKILL && sig != SIGSTOP) ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, 8);
+  default_signal_dispositions();
   std::uint64_t none = 0;
   ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, 8);
   if (w->cwd == nullptr || ::syscall(SYS_chdir, w->cwd) == 0) ::syscall(SYS_execve, w->path, w->argv, w->envp);

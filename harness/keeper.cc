@@ -23,6 +23,28 @@
 #include "harness/detail/clone_on_stack.h"
 
 namespace faultline::harness::keeper {
+
+bool send_record(int sock, const void* data, std::size_t size, int pass_fd) noexcept {
+  iovec iov{const_cast<void*>(data), size};
+  msghdr h{};
+  h.msg_iov = &iov;
+  h.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (pass_fd >= 0) {
+    h.msg_control = control;
+    h.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&h);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  }
+  long r;
+  do r = ::syscall(SYS_sendmsg, sock, &h, MSG_NOSIGNAL);
+  while (r < 0 && errno == EINTR);
+  return r == static_cast<long>(size);
+}
+
 namespace {
 
 // The kernel's struct sigaction (x86-64, arm64 and the other generic layouts) and sigset size.
@@ -148,24 +170,8 @@ void close_program_fds(const plan& p, int sigfd) {
 }
 
 void send_message(int sock, std::int32_t kind, std::int32_t value, std::int32_t pid, int pass_fd) {
-  message m{kind, value, pid};
-  iovec iov{&m, sizeof m};
-  msghdr h{};
-  h.msg_iov = &iov;
-  h.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (pass_fd >= 0) {
-    h.msg_control = control;
-    h.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&h);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-  }
-  long r;
-  do r = sys(SYS_sendmsg, sock, arg(&h), MSG_NOSIGNAL);
-  while (r < 0 && errno == EINTR);
+  const message m{kind, value, pid};
+  send_record(sock, &m, sizeof m, pass_fd);
 }
 
 // The pid behind a pidfd as /proc (the harness's view) numbers it: "Pid:" in its fdinfo.

@@ -58,6 +58,10 @@ struct plan {
   char* const* envp = nullptr;
 };
 
+/// Sends one record (SOCK_SEQPACKET) with `pass_fd` riding along (SCM_RIGHTS) when it is not -1.
+/// System calls only, so that a keeper may call it anywhere. False when it was not sent whole.
+bool send_record(int sock, const void* data, std::size_t size, int pass_fd) noexcept;
+
 /// Runs a keeper for `p` in the calling (single-threaded) process; never returns.
 [[noreturn]] void keeper_main(const plan& p);
 
