@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <mutex>
 #include <set>
@@ -439,6 +440,19 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
         --in_flight;
         if (in_flight == 0) idle.notify_all();
       };
+      // A scheduler that ends a job (Slurm's scancel, a pod's termination, a CI cancel) signals
+      // every process of it at once, the runs among them: a run that died of SIGTERM, SIGINT or
+      // SIGHUP (or a shell's exit status for one, 128 + N) while the campaign is being cancelled
+      // was interrupted, not failed. The harness's own signal may land a moment after its run's,
+      // so it is given half a second to.
+      if (!rep.interrupted && o.cancel && rep.evidence.wait_status) {
+        const int st = *rep.evidence.wait_status;
+        const int sig = WIFSIGNALED(st) ? WTERMSIG(st) : WIFEXITED(st) && WEXITSTATUS(st) > 128 ? WEXITSTATUS(st) - 128 : 0;
+        if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
+          for (int i = 0; i < 50 && !o.cancel->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          rep.interrupted = o.cancel->load();
+        }
+      }
       if (rep.interrupted) {
         std::lock_guard lock(mu);
         end_of_run();

@@ -18,10 +18,12 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "harness/campaign.h"
+#include "harness/detail/proc.h"
 #include "harness/process.h"
 #include "harness/results.h"
 #include "harness/tests/e2e_util.h"
@@ -394,6 +396,49 @@ TEST_F(campaign_e2e, summary_names_the_fault_points_no_run_reached) {
   auto none = run_faultline({"exec", "--no-preload", "--json", "--out", (out() / "none").string(), "--", "true"});
   EXPECT_FALSE(only_json_line(none.out).contains("points_never_reached"));
   EXPECT_FALSE(nlohmann::json::parse(testing::read_lines(out() / "none" / "results.jsonl").at(0)).contains("points_reached"));
+}
+
+}  // namespace
+}  // namespace faultline::harness
+
+namespace faultline::harness {
+namespace {
+
+// A scheduler ending a job (Slurm's scancel, a pod's termination) signals every process of it,
+// the runs too, and the harness's own signal may come a moment after its runs': runs that died
+// of it are interrupted (performed again on --resume), not recorded as failures.
+TEST(campaign_cancel, runs_killed_by_the_signal_that_ends_the_job_are_not_recorded) {
+  testing::scratch_dir dir;
+  const std::string marker = "FL_JOB_SIGNAL_TEST=" + std::to_string(::getpid());
+  spawn_options o;
+  o.argv = {(testing::bin_dir() / "faultline").string(), "exec", "--repeat", "20", "--jobs", "2", "--out",
+            (dir.path() / "out").string(), "--", "/bin/sh", "-c", "sleep 30"};
+  o.envp = current_environment();
+  o.envp.push_back(marker);
+  auto h = spawn(o);
+  ASSERT_TRUE(h) << h.error().message();
+  auto sleeps = [&] {
+    std::vector<pid_t> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      const pid_t pid = static_cast<pid_t>(std::stol(name));
+      std::ifstream comm(e.path() / "comm");
+      std::string c;
+      if (!(comm >> c) || c != "sleep") continue;
+      const auto v = detail::read_environ_var(pid, "FL_JOB_SIGNAL_TEST");
+      if (v && marker == "FL_JOB_SIGNAL_TEST=" + *v) out.push_back(pid);
+    }
+    return out;
+  };
+  ASSERT_TRUE(testing::eventually([&] { return sleeps().size() == 2; }, std::chrono::seconds(20)));
+  for (pid_t p : sleeps()) ::kill(p, SIGTERM);  // the runs first: their shells exit 143
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(h->signal(SIGTERM));
+  h->reap();
+  const auto lines = testing::read_lines(dir.path() / "out" / "results.jsonl");
+  EXPECT_TRUE(lines.empty()) << lines.size() << " runs recorded, the first: " << (lines.empty() ? "" : lines[0]);
 }
 
 }  // namespace
