@@ -13,6 +13,7 @@
 
 #include "harness/agent/protocol.h"
 #include "harness/detail/sys.h"
+#include "harness/phases.h"
 #include "harness/process.h"
 
 namespace faultline::harness {
@@ -349,11 +350,10 @@ const thread_stack* crashing_thread(const std::vector<thread_stack>& threads, co
 
 std::set<std::string> phase_markers(const fs::path& run_dir, pid_t pid) {
   std::set<std::string> out;
-  auto text = detail::read_file(run_dir / (agent::phase_file_prefix + std::to_string(pid)), 1 << 16);
-  if (!text) return out;
-  // The agent maps the file at a fixed size: its unused tail is NUL bytes.
-  text->resize(std::min(text->size(), text->find('\0')));
-  for (auto l : lines_of(*text))
+  auto phases = read_phases(run_dir);
+  auto it = phases.find(pid);
+  if (it == phases.end()) return out;
+  for (auto l : lines_of(it->second))
     if (!l.empty()) out.emplace(l);
   return out;
 }

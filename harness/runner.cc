@@ -19,8 +19,10 @@
 #include "harness/core_dump.h"
 #include "harness/output_capture.h"
 
+#include "harness/agent/phase_table.h"
 #include "harness/agent/protocol.h"
 #include "harness/detail/sys.h"
+#include "harness/phases.h"
 #include "harness/process.h"
 #include "harness/process_tree.h"
 
@@ -41,13 +43,17 @@ core::status prepare(const run_request& rq, std::optional<output_capture>& outpu
   if (fs::is_directory(fs::symlink_status(rq.run_dir, ec))) {
     std::vector<fs::path> left;
     for (fs::directory_iterator it(rq.run_dir, ec), end; !ec && it != end; it.increment(ec))
-      if (it->path().filename() != premature_exit_file || !it->is_regular_file(ec)) left.push_back(it->path());
+      if ((it->path().filename() != premature_exit_file && it->path().filename() != agent::phase_table_file) ||
+          !it->is_regular_file(ec))
+        left.push_back(it->path());
     for (const auto& p : left) fs::remove_all(p, ec);
   } else {
     fs::remove_all(rq.run_dir, ec);
     fs::create_directories(rq.run_dir, ec);
   }
   if (ec) return core::status(core::errc::io_error, "create " + rq.run_dir.string() + ": " + ec.message());
+  // The agent's phase table, kept from run to run like the premature-exit file.
+  if (auto st = reset_phase_table(rq.run_dir); !st) return st;
   fs::create_directories(rq.log_path.parent_path(), ec);
   auto opened = output_capture::open(rq.log_path, rq.log_limit_bytes);
   if (!opened) return opened.error();

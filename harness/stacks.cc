@@ -12,6 +12,7 @@
 #include "harness/agent/protocol.h"
 #include "harness/detail/sys.h"
 #include "harness/dwfl_stacks.h"
+#include "harness/phases.h"
 #include "harness/process.h"
 
 namespace faultline::harness {
@@ -221,10 +222,11 @@ core::status capture_stacks(const std::vector<detail::proc_stat>& procs, const f
   // The agent: signal every agent-carrying process at once, then collect their answers.
   if (m == stack_method::agent || m == stack_method::automatic) {
     std::vector<const detail::proc_stat*> asked;
+    const auto carriers = read_phases(run_dir);  // the processes that carry the agent
     for (const auto& p : procs) {
       if (sections.count(p.pid)) continue;
       const std::string pid = std::to_string(p.pid);
-      if (!fs::exists(run_dir / (agent::phase_file_prefix + pid)) || !catches(p.pid, agent::stack_dump_signal())) continue;
+      if (!carriers.count(p.pid) || !catches(p.pid, agent::stack_dump_signal())) continue;
       fs::remove(run_dir / (agent::stacks_file_prefix + pid));
       if (::kill(p.pid, agent::stack_dump_signal()) == 0) asked.push_back(&p);
     }

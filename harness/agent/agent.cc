@@ -1,7 +1,6 @@
 #include "harness/agent/agent.h"
 
 #include <dlfcn.h>
-#include <execinfo.h>
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
@@ -11,6 +10,7 @@
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
+#include <unwind.h>
 
 #include <atomic>
 #include <cerrno>
@@ -23,6 +23,7 @@
 
 #include "core/host_ids.h"
 #include "harness/agent/detail/text.h"
+#include "harness/agent/phase_table.h"
 #include "harness/agent/protocol.h"
 
 #if FAULTLINE_AGENT_HAVE_DEMANGLER
@@ -78,8 +79,13 @@ enum class crash_mode { report, minimal, stop, off };
 crash_mode crash_reporting = crash_mode::report;
 int crash_channel_fd = -1;
 
-// phase.PID, mapped shared: a mark is a store, not a system call. phase_used counts the bytes
-// written (marks reserve their span with one fetch_add, so concurrent marks never overlap).
+// Where this process's markers go: its slot in the run's phase table (phase_table.h), or else
+// phase.PID, mapped shared. Either way a mark is a store, not a system call. The table's mapping
+// is inherited by a forked child, which claims a slot of its own; phase_used counts the bytes of
+// phase.PID written (marks reserve their span with one fetch_add, so concurrent marks never
+// overlap; in a slot, its `used` field does the same).
+char* phase_table = nullptr;
+phase_slot* own_slot = nullptr;
 char* phase_map = nullptr;
 std::atomic<std::uint32_t> phase_used{0};
 struct sigaction previous_actions[crash_signal_count];
@@ -146,6 +152,48 @@ int open_pid_file(const char* prefix, pid_t pid, int flags) noexcept {
   return fd;
 }
 
+// Maps the run's phase table when the directory has one of this layout; leaves phase_table null
+// otherwise.
+void map_phase_table() noexcept {
+  phase_table = nullptr;
+  path_string path;
+  path.str(run_dir_path).str("/").str(phase_table_file);
+  if (path.overflowed()) return;
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return;
+  struct stat st {};
+  void* map = MAP_FAILED;
+  if (::fstat(fd, &st) == 0 && st.st_size == phase_table_bytes) {
+    map = ::mmap(nullptr, phase_table_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  ::close(fd);
+  if (map == MAP_FAILED) return;
+  if (!phase_table_valid(*static_cast<const phase_table_header*>(map))) {
+    ::munmap(map, phase_table_bytes);
+    return;
+  }
+  phase_table = static_cast<char*>(map);
+}
+
+// This process's slot in the mapped table: the one its pid already holds (an earlier image of
+// this process, before an exec, keeps its markers), else a new one; null when the table is full.
+phase_slot* claim_phase_slot(pid_t pid) noexcept {
+  auto* header = reinterpret_cast<phase_table_header*>(phase_table);
+  auto* slots = reinterpret_cast<phase_slot*>(phase_table + phase_slot_bytes);
+  std::uint32_t handed = __atomic_load_n(&header->next, __ATOMIC_ACQUIRE);
+  for (std::uint32_t k = 0; k < handed && k < phase_table_slots; ++k) {
+    if (__atomic_load_n(&slots[k].pid, __ATOMIC_ACQUIRE) == pid) return &slots[k];
+  }
+  std::uint32_t k = __atomic_fetch_add(&header->next, 1, __ATOMIC_ACQ_REL);
+  if (k >= phase_table_slots) return nullptr;
+  __atomic_store_n(&slots[k].used, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&slots[k].pid, static_cast<std::int32_t>(pid), __ATOMIC_RELEASE);
+  return &slots[k];
+}
+
 // Maps phase.PID of the calling process (created at phase_file_bytes, or reopened after exec
 // with its marks kept). Leaves phase_map null when that fails: marks then use write(2).
 void map_phase_file() noexcept {
@@ -176,12 +224,26 @@ void map_phase_file() noexcept {
                    std::memory_order_relaxed);
 }
 
+// Where this process's markers go, once per process (and again in a forked child): its slot in
+// the table, or phase.PID.
+void open_phase_record() noexcept {
+  own_slot = phase_table != nullptr ? claim_phase_slot(core::host_pid()) : nullptr;
+  if (own_slot == nullptr) map_phase_file();
+}
+
 bool append_marker(const char* marker) noexcept {
   char line[max_marker_chars + 2];
   std::size_t n = ::strnlen(marker, max_marker_chars + 1);
   if (n == 0 || n > max_marker_chars || std::memchr(marker, '\n', n) != nullptr) return false;
   std::memcpy(line, marker, n);
   line[n] = '\n';
+  if (own_slot != nullptr) {
+    const auto bytes = static_cast<std::uint32_t>(n + 1);
+    const std::uint32_t at = __atomic_fetch_add(&own_slot->used, bytes, __ATOMIC_RELAXED);
+    if (at + bytes > sizeof(own_slot->markers)) return false;  // full: later marks are dropped
+    std::memcpy(own_slot->markers + at, line, n + 1);
+    return true;
+  }
   if (phase_map != nullptr) {
     const auto bytes = static_cast<std::uint32_t>(n + 1);
     const std::uint32_t at = phase_used.fetch_add(bytes, std::memory_order_relaxed);
@@ -263,12 +325,42 @@ std::uintptr_t context_pc(const void* context) noexcept {
 #endif
 }
 
+// The return addresses of the calling thread's frames, innermost first, as backtrace(3) gives
+// them. Through libgcc's unwinder directly: glibc's backtrace() dlopen()s libgcc_s on first use,
+// and that load (with its CPU feature probe, which traps in a virtual machine) was most of what
+// the agent cost a short-lived process. The preloaded agent links the unwinder statically.
+struct unwind_walk {
+  void** out;
+  int capacity;
+  int count;
+};
+
+_Unwind_Reason_Code unwind_step(_Unwind_Context* context, void* arg) noexcept {
+  auto* walk = static_cast<unwind_walk*>(arg);
+  if (walk->count >= walk->capacity) return _URC_END_OF_STACK;
+  _Unwind_Ptr ip = _Unwind_GetIP(context);
+  if (ip == 0) return _URC_END_OF_STACK;
+  walk->out[walk->count++] = reinterpret_cast<void*>(ip);
+  return _URC_NO_REASON;
+}
+
+[[gnu::noinline]] int unwind_frames(void** out, int capacity) noexcept {
+  unwind_walk walk{out, capacity, 0};
+  _Unwind_Backtrace(&unwind_step, &walk);
+  // The first frame is unwind_frames itself, as backtrace() drops its own.
+  if (walk.count > 0) {
+    std::memmove(out, out + 1, static_cast<std::size_t>(walk.count - 1) * sizeof(void*));
+    --walk.count;
+  }
+  return walk.count;
+}
+
 // Unwinds the calling thread from inside a signal handler and drops the agent's own frames: the
 // unwinder passes through the kernel's signal frame, and the frame after it carries exactly the
 // interrupted pc, so everything before that frame is the handler.
 int capture_frames(void** out, const void* context) noexcept {
   void* raw[max_frames + 16];
-  int n = ::backtrace(raw, max_frames + 16);
+  int n = unwind_frames(raw, max_frames + 16);
   std::uintptr_t pc = context_pc(context);
   int start = -1;
   for (int i = 0; pc != 0 && i < n; ++i) {
@@ -594,9 +686,11 @@ void after_fork_in_child() {
   dump_active.store(false);
   dump_request.store(0);
   if (!agent_active.load(std::memory_order_acquire)) return;
-  // The mapping came from the parent and still shows the parent's phase file: map our own.
+  // The parent's slot or phase file is the parent's: the child takes its own (the table's
+  // mapping, shared, is the child's too).
   if (phase_map != nullptr) ::munmap(phase_map, phase_file_bytes);
-  map_phase_file();
+  phase_map = nullptr;
+  open_phase_record();
   append_marker(marker_run);
 }
 
@@ -644,10 +738,10 @@ install_result install_once() noexcept {
   ssize_t exe_chars = ::readlink("/proc/self/exe", exe_path, sizeof(exe_path) - 1);
   exe_path[exe_chars > 0 ? exe_chars : 0] = '\0';
 
-  // The first backtrace() loads libgcc_s and allocates; dladdr1 and the demangler are warmed so
-  // that any lazy binding happens here rather than in a handler.
+  // The unwinder, dladdr1 and the demangler are warmed so that any lazy binding or first-use
+  // set-up happens here rather than in a handler.
   void* warm[4];
-  int warm_frames = ::backtrace(warm, 4);
+  int warm_frames = unwind_frames(warm, 4);
   if (warm_frames > 0) (void)resolve_frame(reinterpret_cast<std::uintptr_t>(warm[0]), false);
 #if FAULTLINE_AGENT_HAVE_DEMANGLER
   demangle_without_malloc("_Z1fv", [](const char*, std::size_t, void*) {}, nullptr);
@@ -683,7 +777,8 @@ install_result install_once() noexcept {
   }
   ::pthread_atfork(nullptr, nullptr, &after_fork_in_child);
 
-  map_phase_file();
+  map_phase_table();
+  open_phase_record();
   agent_active.store(true, std::memory_order_release);
   append_marker(marker_run);
   return {install_status::installed, 0};

@@ -47,7 +47,7 @@ namespace faultline::agent {
 
 /// What install() did.
 enum class install_status {
-  installed,  ///< the handlers are active and phase.PID was written
+  installed,  ///< the handlers are active and the "run" marker was written
   disabled,   ///< FAULTLINE_RUN_DIR is unset or empty: nothing was installed
   failed,     ///< FAULTLINE_RUN_DIR is set but unusable (see install_result::error)
 };
@@ -62,7 +62,7 @@ struct install_result {
 
 /// Installs the agent in this process when FAULTLINE_RUN_DIR names a directory: the crash and
 /// stack-dump handlers, an alternate signal stack for the calling thread, a fork handler that
-/// registers forked children and the "run" marker (phase.PID). Idempotent: later calls (from any
+/// registers forked children and the "run" marker (in the run's phase table, else phase.PID). Idempotent: later calls (from any
 /// thread) return the first call's result and do nothing. Without FAULTLINE_RUN_DIR it installs
 /// nothing. A signal handler installed before the agent for a crash signal is kept and runs after
 /// the agent's report. Thread safety: may be called concurrently; call it before the program
@@ -78,8 +78,8 @@ install_result install() noexcept;
 /// string lives for the whole process. Async-signal-safe.
 [[nodiscard]] const char* run_dir() noexcept;
 
-/// Appends `marker` and a newline to phase.PID (PID: the calling process, so a forked child
-/// writes its own file). Returns false without writing when the agent is not installed, when
+/// Appends `marker` and a newline to the calling process's markers: its slot of the run's phase
+/// table, else phase.PID (a forked child has a slot or file of its own). Returns false without writing when the agent is not installed, when
 /// `marker` is null, empty, longer than 200 characters or contains a newline, or when the write
 /// fails. Async-signal-safe; concurrent marks from several threads each land as whole lines.
 bool mark(const char* marker) noexcept;

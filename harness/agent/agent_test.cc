@@ -24,6 +24,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -32,6 +33,7 @@
 
 #include <gtest/gtest.h>
 
+#include "harness/agent/phase_table.h"
 #include "harness/agent/protocol.h"
 
 extern char** environ;
@@ -872,6 +874,101 @@ TEST(agent_preload, spawned_children_write_their_own_files) {
   EXPECT_TRUE(exited_with(status, 0));
   EXPECT_EQ(dir.read(phase_file_prefix, spawned), "run\nmain-returned\nexit\n");
   EXPECT_EQ(dir.read(phase_file_prefix, parent.pid()), "run\nmain-returned\nexit\n");
+}
+
+// --- phase table -----------------------------------------------------------------------------
+
+// Makes DIR/phases as the runner does (zeroed, with its header), `taken` slots already handed out.
+void make_phase_table(const run_directory& dir, std::uint32_t taken = 0) {
+  std::string bytes(phase_table_bytes, '\0');
+  phase_table_header header{phase_table_magic, phase_slot_bytes, phase_table_slots, taken};
+  std::memcpy(bytes.data(), &header, sizeof header);
+  std::ofstream(dir.path() + "/" + phase_table_file, std::ios::binary) << bytes;
+}
+
+// The published slots of DIR/phases: pid -> markers, and how many slots were handed out.
+std::map<pid_t, std::string> read_phase_table(const run_directory& dir, std::uint32_t* handed = nullptr) {
+  std::string bytes = read_file(dir.path() + "/" + phase_table_file);
+  EXPECT_EQ(bytes.size(), phase_table_bytes) << "the agent never resizes the table";
+  std::map<pid_t, std::string> slots;
+  if (bytes.size() != phase_table_bytes) return slots;
+  phase_table_header header{};
+  std::memcpy(&header, bytes.data(), sizeof header);
+  if (handed) *handed = header.next;
+  for (std::uint32_t k = 0; k < std::min(header.next, phase_table_slots); ++k) {
+    phase_slot slot{};
+    std::memcpy(&slot, bytes.data() + (k + 1) * phase_slot_bytes, sizeof slot);
+    if (slot.pid == 0) continue;  // not handed to any process (the test made it so)
+    EXPECT_TRUE(slots.emplace(slot.pid, std::string(slot.markers, std::min<std::size_t>(slot.used, sizeof slot.markers))).second)
+        << "pid " << slot.pid << " holds two slots";
+  }
+  return slots;
+}
+
+TEST(agent_phase_table, each_process_of_a_tree_writes_its_markers_in_a_slot_of_its_own) {
+  run_directory dir;
+  make_phase_table(dir);
+  child_process parent({plain_program, "spawn"}, preload_env(dir));
+  EXPECT_TRUE(exited_with(parent.finish(), 0)) << parent.err();
+  std::istringstream out(parent.out().substr(std::min(parent.out().find("child "), parent.out().size())));
+  std::string word;
+  pid_t spawned = 0;
+  out >> word >> spawned;
+  ASSERT_EQ(word, "child") << parent.out();
+  std::uint32_t handed = 0;
+  auto slots = read_phase_table(dir, &handed);
+  EXPECT_EQ(handed, 2u);
+  EXPECT_EQ(slots[parent.pid()], "run\nmain-returned\nexit\n");
+  EXPECT_EQ(slots[spawned], "run\nmain-returned\nexit\n");
+  EXPECT_EQ(dir.names(), std::vector<std::string>{phase_table_file}) << "no phase.PID file beside a table";
+}
+
+TEST(agent_phase_table, a_forked_child_takes_its_own_slot) {
+  run_directory dir;
+  make_phase_table(dir);
+  child_process parent({child_program, "fork-segv"}, run_env(dir, {"FAULTLINE_AGENT_QUIET=1"}));
+  EXPECT_TRUE(exited_with(parent.finish(), 0)) << parent.err();
+  std::istringstream out(parent.out());
+  std::string word;
+  pid_t forked = 0;
+  out >> word >> forked;
+  ASSERT_EQ(word, "child") << parent.out();
+  auto slots = read_phase_table(dir);
+  EXPECT_EQ(slots.size(), 2u);
+  EXPECT_EQ(slots[forked], "run\n");
+  EXPECT_EQ(slots[parent.pid()].rfind("run\n", 0), 0u) << slots[parent.pid()];
+}
+
+TEST(agent_phase_table, an_exec_keeps_the_slot_and_its_markers) {
+  run_directory dir;
+  make_phase_table(dir);
+  child_process child({plain_program, "exec", "4"}, preload_env(dir));
+  EXPECT_TRUE(exited_with(child.finish(), 4)) << child.err();
+  std::uint32_t handed = 0;
+  auto slots = read_phase_table(dir, &handed);
+  EXPECT_EQ(handed, 1u);
+  // The first image marked "run" and never returned from main; the second carried on.
+  EXPECT_EQ(slots[child.pid()], "run\nrun\nmain-returned\nexit\n");
+}
+
+TEST(agent_phase_table, a_process_that_finds_it_full_writes_its_phase_file) {
+  run_directory dir;
+  make_phase_table(dir, phase_table_slots);
+  child_process child({plain_program, "return", "0"}, preload_env(dir));
+  EXPECT_TRUE(exited_with(child.finish(), 0)) << child.err();
+  std::uint32_t handed = 0;
+  EXPECT_TRUE(read_phase_table(dir, &handed).empty());
+  EXPECT_EQ(handed, phase_table_slots + 1);
+  EXPECT_EQ(dir.read(phase_file_prefix, child.pid()), "run\nmain-returned\nexit\n");
+}
+
+TEST(agent_phase_table, a_table_of_another_layout_is_left_alone) {
+  run_directory dir;
+  std::ofstream(dir.path() + "/" + phase_table_file, std::ios::binary) << std::string(phase_table_bytes, 'x');
+  child_process child({plain_program, "return", "0"}, preload_env(dir));
+  EXPECT_TRUE(exited_with(child.finish(), 0)) << child.err();
+  EXPECT_EQ(read_file(dir.path() + "/" + phase_table_file), std::string(phase_table_bytes, 'x'));
+  EXPECT_EQ(dir.read(phase_file_prefix, child.pid()), "run\nmain-returned\nexit\n");
 }
 
 TEST(agent_preload, dumps_the_stacks_of_a_program_that_knows_nothing_of_it) {

@@ -7,6 +7,10 @@
 // record per line, written with write(2) only (safe in signal handlers, survives any crash).
 //
 // Files in $FAULTLINE_RUN_DIR (PID = the writing process's pid):
+//   phases       the phase table, made by the runner (phase_table.h): when it is there, every
+//                agent-carrying process keeps its markers (below) in a slot of it instead of in
+//                phase.PID, and having a slot means what having phase.PID means. A process that
+//                finds the table full, or a directory without one, uses phase.PID.
 //   phase.PID    created when the agent starts in a process (also by a child that fork()s from an
 //                agent-carrying process: it inherits the handlers), then appended markers, one
 //                per line, in order. The runner sends the stack-dump signal only to processes

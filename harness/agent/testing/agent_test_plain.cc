@@ -100,6 +100,11 @@ int main(int argc, char** argv) {
     std::printf("child %d %d\n", static_cast<int>(child), status);
     return 0;
   }
+  if (mode == "exec") {  // the same process becomes `return ARG`: its markers must carry on
+    char* next_argv[] = {argv[0], const_cast<char*>("return"), argv[2], nullptr};
+    ::execv(argv[0], next_argv);
+    return 103;
+  }
   if (mode == "hang") {
     if (::pipe(block_fds) != 0) return 102;
     std::atomic<int> started{0};
