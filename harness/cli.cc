@@ -192,8 +192,9 @@ void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
   add_log_limit(sub, a.log_limit);
   sub->add_option("--crash-capture", a.crash,
                   "how a crash is captured: auto (default: every thread's stack from the kernel's core dump where "
-                  "the kernel writes one the harness can read, else the signal and phase only; neither changes the program's timing), core, "
-                  "none; or, perturbing exit races (a signal handler runs in the crashing process): outside (it "
+                  "the kernel writes one the harness can read, else the signal and phase only; neither touches the crashing "
+                  "process before its fault, but a core holds it while it is written, which changes races running beside "
+                  "it: measure exit-race rates of GPU programs at --jobs > 1 with none), core, none; or, perturbing exit races (a signal handler runs in the crashing process): outside (it "
                   "stops there and its whole tree is captured live), minimal (faulting frame only), inside (the "
                   "crashing thread unwinds itself)");
   sub->add_option("--keep", a.keep,

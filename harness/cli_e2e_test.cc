@@ -7,6 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <thread>
+#include <fstream>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -222,6 +223,26 @@ TEST_F(cli_e2e, a_scenario_crash_is_read_from_its_core_in_its_own_run_directory)
   const std::string sig = j["signatures"][0]["signature"];
   EXPECT_NE(sig, "SIGSEGV") << "the core's stacks name frames\n" << r.err;
   EXPECT_EQ(sig.rfind("SIGSEGV: ", 0), 0u) << sig;
+}
+
+TEST_F(cli_e2e, with_core_capture_runs_dump_only_anonymous_private_memory) {
+  if (auto why = enable_core_capture(); !why.empty()) GTEST_SKIP() << "no core capture here: " << why;
+  auto filter_of_a_run = [&](const std::map<std::string, std::string>& env) {
+    fs::remove_all(out());
+    // Exit 1 so that the run's log is kept.
+    auto r = run_faultline({"exec", "--crash-capture", "core", "--out", out(), "--", "/bin/sh", "-c",
+                            "cat /proc/self/coredump_filter; exit 1"},
+                           env);
+    EXPECT_EQ(r.status, 1) << r.err;
+    auto recs = results(out());
+    if (recs.size() != 1) return std::string("no record: ") + r.err;
+    std::ifstream log(fs::path(out()) / recs[0].log);
+    std::string first;
+    std::getline(log, first);
+    return first;
+  };
+  EXPECT_EQ(filter_of_a_run({}), "00000011");
+  EXPECT_EQ(filter_of_a_run({{"FAULTLINE_COREDUMP_FILTER", "0x33"}}), "00000033");
 }
 
 TEST_F(cli_e2e, until_fail_stops_at_the_first_failure_and_its_repro_replays_it) {

@@ -259,6 +259,19 @@ TEST_F(core_handler_e2e, runs_crashing_at_once_in_one_directory_all_keep_their_c
   EXPECT_TRUE(entries(cwd.path()).empty());
 }
 
+TEST_F(core_handler_e2e, the_zeros_of_untouched_pages_become_holes) {
+  temp_dir cwd, run;
+  crasher c(cwd.path(), run.path(), {"--sparse", "64"});
+  ASSERT_TRUE(crashed_with_core(c));
+  const fs::path core = handler_core_path(run.path(), c.pid());
+  ASSERT_TRUE(is_core_of(core, c.pid()));
+  settle();
+  struct stat st {};
+  ASSERT_EQ(::stat(core.c_str(), &st), 0);
+  EXPECT_GE(st.st_size, 64 << 20) << "the mapping is in the core, at its full length";
+  EXPECT_LT(st.st_blocks * 512, 16 << 20) << "its 64 MiB of zeros take no room";
+}
+
 TEST_F(core_handler_e2e, a_process_outside_a_run_gets_its_core_where_core_would_have_put_it) {
   temp_dir cwd;
   crasher c(cwd.path(), std::nullopt);
