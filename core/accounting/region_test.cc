@@ -658,6 +658,55 @@ TEST_F(accounting, a_slot_left_mid_update_by_a_killed_writer_is_repaired_by_a_re
   EXPECT_TRUE(ins->healthy()) << (ins->problems.empty() ? "" : ins->problems[0]);
 }
 
+// A killed writer not yet reaped (a zombie) is dead to inspect() and to readers. Callers that
+// must tell a dead writer deterministically (accounting/writer-death) keep it so: once reaped, its
+// pid can be reissued within its start-time tick (clock ticks of 10 ms; a rewound ns_last_pid
+// hands freed pids out at once), and the new process's (pid, start time) is the writer's.
+TEST_F(accounting, a_killed_writer_not_yet_reaped_is_dead_to_inspect_and_readers) {
+  if (!faults_compiled_in) GTEST_SKIP() << "fault points compiled out (FAULTLINE_FAULTS=OFF)";
+  options o = opts(1);
+  o.reader_bound = 50ms;
+  auto r = make(o);
+  ASSERT_TRUE(r && r->register_process());
+  ASSERT_TRUE(r->charge(0, kind::data, mib));
+  const pid_t child = spawn_child("mid-update", path_);
+  ASSERT_GT(child, 0);
+  raw_map m;
+  map_raw(m);
+  int child_slot = -1;
+  ASSERT_TRUE(wait_until([&] {
+    for (std::uint32_t i = 0; i < 16; ++i) {
+      const detail::slot* s = detail::slot_at(m.h, i);
+      if (s->pid.load() == child && (s->seq.load() & 1) != 0) child_slot = static_cast<int>(i);
+    }
+    return child_slot >= 0;
+  })) << "the child never stopped inside its update";
+  kill(child, SIGKILL);
+  siginfo_t si{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(child), &si, WEXITED | WNOWAIT), 0);  // a zombie now
+  EXPECT_EQ(si.si_code, CLD_KILLED);
+
+  auto ins = inspect(path_);
+  ASSERT_TRUE(ins);
+  EXPECT_FALSE(ins->no_dead_odd_slot);
+  bool seen = false;
+  for (const auto& s : ins->slots) {
+    if (s.pid != child) continue;
+    seen = true;
+    EXPECT_TRUE(s.mid_update);
+    EXPECT_EQ(s.state, slot_state::dead);
+  }
+  EXPECT_TRUE(seen);
+  auto sum = r->slots_sum(0);  // sees the zombie writer dead and repairs its slot
+  ASSERT_TRUE(sum) << sum.error().to_string();
+  EXPECT_EQ(sum->total, mib);
+  EXPECT_EQ(detail::slot_at(m.h, static_cast<std::uint32_t>(child_slot))->pid.load(), 0);
+  EXPECT_EQ(wait_child(child), 128 + SIGKILL);
+  ins = inspect(path_);
+  ASSERT_TRUE(ins);
+  EXPECT_TRUE(ins->healthy()) << (ins->problems.empty() ? "" : ins->problems[0]);
+}
+
 TEST_F(accounting, inspect_reports_a_slot_left_odd_by_a_dead_writer) {
   auto r = make(opts(1));
   ASSERT_TRUE(r);

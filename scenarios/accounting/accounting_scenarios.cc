@@ -48,6 +48,7 @@
 
 #include "core/accounting/detail/layout.h"
 #include "core/accounting/region.h"
+#include "core/process_identity.h"
 #include "scenarios/accounting/processes.h"
 #include "scenarios/scenario.h"
 
@@ -127,6 +128,19 @@ void check_region_healthy(context& ctx, const std::string& path, std::size_t exp
                 std::to_string(rep->occupancy_violations));
   ctx.check(rep->slots.size() == expect_slots, "dead-processes-reclaimed",
             std::to_string(rep->slots.size()) + " slots in use, expected " + std::to_string(expect_slots));
+}
+
+// inspect()'s slots, one line each, with what /proc says of each owner pid now (its start time,
+// 0 when no such process): the evidence when a dead/alive verdict is not the expected one.
+std::string describe_slots(const acct::region_report& rep) {
+  std::string out;
+  for (const auto& s : rep.slots) {
+    out += (out.empty() ? "" : "; ") + std::string("slot ") + std::to_string(s.index) + " pid " + std::to_string(s.pid) +
+           " start " + std::to_string(s.start_time) + " " + std::string(acct::to_string(s.state)) +
+           (s.mid_update ? " mid-update" : "") + " seq " + std::to_string(s.sequence) + " (pid's start time now " +
+           std::to_string(core::process_start_time(s.pid)) + ")";
+  }
+  return out.empty() ? "no slot in use" : out;
 }
 
 // The slot of `pid` as inspect() reads it, or nullptr.
@@ -599,7 +613,8 @@ void pid_reuse(context& ctx) {
 //   is killed inside its next charge. Then a reader thread sums the slots, takes a snapshot and
 //   reads the aggregate, watched by this thread for 1 s (reader_bound is 50 ms).
 // Faults: accounting/slot/mid-update=1*off->kill in the worker (its second charge dies between
-//   seqlock begin and end).
+//   seqlock begin and end). The dead worker is left unreaped until the end, so that its pid cannot
+//   be reissued within its start-time tick and make it look alive.
 // Invariants: the reader finishes within the bound (reader-finished-within-bound), reading a
 //   consistent sum of the live slots (consistent-read) after repairing the dead writer's slot;
 //   the aggregate is the live slots' (the dead worker's bytes gone); no slot left odd.
@@ -613,13 +628,19 @@ void writer_death(context& ctx) {
   worker_group workers(ctx);
   const pid_t writer =
       workers.start("accounting/die-mid-update", {file.path()}, "accounting/slot/mid-update=1*off->kill");
-  const int writer_rc = workers.wait(writer, 3000ms);
-  workers.kill_all();
+  // The dead writer stays an unreaped zombie until the readers are done: its pid cannot be
+  // reissued meanwhile. Reaped at once, its pid could go to a new process started within the same
+  // clock tick (a rewound ns_last_pid, as accounting/pid-reuse beside this run does, hands freed
+  // pids out again at once), whose (pid, start time) is the writer's: the writer would read as
+  // alive, and its odd slot as a live writer's (fault-landed failed so; reproduced beside pid-reuse).
+  const int writer_rc = workers.wait_unreaped(writer, 3000ms);
+  if (writer_rc < 0) workers.kill_all();
   require(ctx, writer_rc == 128 + SIGKILL, "writer-killed-mid-update",
               "die-mid-update worker ended with " + std::to_string(writer_rc));
   auto rep = acct::inspect(file.path());
   require(ctx, rep.has_value() && !rep->no_dead_odd_slot, "fault-landed",
-              "no slot was left mid-update by the dead writer");
+              "no slot was left mid-update by the dead writer: " +
+                  (rep ? describe_slots(*rep) : rep.error().to_string()));
 
   struct read_result {
     std::atomic<bool> done{false};
@@ -656,6 +677,7 @@ void writer_death(context& ctx) {
             "aggregate " + std::to_string(usage ? *usage : 0) + ", live slots hold " + std::to_string(3 * mib));
   delete res;
   check_region_healthy(ctx, file.path(), 1);
+  (void)workers.wait(writer, 1000ms);  // reaps the zombie
 }
 
 // ================================================================================================

@@ -1,5 +1,6 @@
 #include "scenarios/accounting/processes.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,6 +97,20 @@ pid_t worker_group::start(std::string_view name, const std::vector<std::string>&
   std::snprintf(seed, sizeof seed, "%#llx", static_cast<unsigned long long>(w.seed));
   ctx_.note("worker " + w.name + " pid " + std::to_string(w.pid) + " seed " + seed);
   return *pid;
+}
+
+int worker_group::wait_unreaped(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    siginfo_t si{};
+    const int rc = ::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOHANG | WNOWAIT);
+    if (rc == 0 && si.si_pid == pid) {
+      return si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;  // CLD_KILLED, CLD_DUMPED
+    }
+    if (rc != 0 && errno != EINTR) return -1;  // not our child, or reaped already
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    sleep_ms(1);
+  }
 }
 
 }  // namespace faultline::scenarios::accounting_support

@@ -68,6 +68,12 @@ class worker_group {
   /// Waits at most `timeout` for `pid`: its exit code, 128 + signal, or -1 while it still runs
   /// (it is left running).
   int wait(pid_t pid, std::chrono::milliseconds timeout) { return launcher_.wait(pid, timeout); }
+  /// As wait(), but an ended worker is left unreaped (a zombie, waitid WNOWAIT): until wait()
+  /// or kill_all() reaps it, its pid cannot be handed to another process, so the dead worker's
+  /// (pid, start time) cannot be mistaken for a live one (start times count 10 ms clock ticks, and
+  /// a pid freed and reissued within one tick, which a rewound /proc/sys/kernel/ns_last_pid allows,
+  /// names a live process with the dead one's identity).
+  int wait_unreaped(pid_t pid, std::chrono::milliseconds timeout);
   /// SIGKILLs and reaps every worker still running.
   void kill_all() noexcept { launcher_.kill_all(); }
 
