@@ -179,7 +179,7 @@ int evaluate(const char* /*pattern*/, int* /*failnum*/, void** failinfo, unsigne
 }
 
 // Appends `pattern` to $FAULTLINE_RUN_DIR/points.PID (the harness's protocol, see
-// harness/agent/protocol.h), so that a run can say which enabled items were ever reached.
+// faults/preload/protocol.h), so that a run can say which enabled items were ever reached.
 void record_reached(const char* pattern) noexcept {
   const char* dir = std::getenv("FAULTLINE_RUN_DIR");
   if (dir == nullptr || *dir == '\0') return;

@@ -48,7 +48,7 @@ namespace faultline::faults {
 
 /// Where a run learns which enabled items its processes reached: the first hit matching an item
 /// appends the item's pattern to $FAULTLINE_RUN_DIR/points.PID (when that variable is set). The
-/// name is the harness agent's protocol (harness/agent/protocol.h, points_file_prefix).
+/// name is the harness agent's protocol (faults/preload/protocol.h, points_file_prefix).
 inline constexpr const char* reached_points_file_prefix = "points.";
 
 /// The seed used when none is given (FAULTLINE_SEED unset).

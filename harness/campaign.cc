@@ -15,7 +15,7 @@
 #include <system_error>
 #include <thread>
 
-#include "harness/agent/protocol.h"
+#include "faults/preload/protocol.h"
 #include "harness/detail/sys.h"
 #include "harness/process.h"
 #include "harness/process_tree.h"
@@ -54,7 +54,7 @@ run_record to_record(const run_report& rep, const variant& v, const std::string&
 }
 
 // The fault-spec patterns that processes of the run reached: the union of its points.PID files
-// (harness/agent/protocol.h), sorted.
+// (faults/preload/protocol.h), sorted.
 std::vector<std::string> read_points(const fs::path& run_dir) {
   std::set<std::string> reached;
   std::error_code ec;

@@ -11,7 +11,7 @@
 #include <map>
 #include <set>
 
-#include "harness/agent/protocol.h"
+#include "faults/preload/protocol.h"
 #include "harness/detail/sys.h"
 #include "harness/phases.h"
 #include "harness/process.h"

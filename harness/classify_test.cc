@@ -19,7 +19,7 @@
 #include <fstream>
 #include <thread>
 
-#include "harness/agent/protocol.h"
+#include "faults/preload/protocol.h"
 #include "harness/detail/proc.h"
 #include "harness/detail/sys.h"
 #include "harness/process.h"

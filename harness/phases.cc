@@ -10,8 +10,8 @@
 #include <cstring>
 #include <vector>
 
-#include "harness/agent/phase_table.h"
-#include "harness/agent/protocol.h"
+#include "faults/preload/phase_table.h"
+#include "faults/preload/protocol.h"
 #include "harness/detail/sys.h"
 
 namespace faultline::harness {

@@ -1,5 +1,5 @@
 // The agent's phase markers as the runner reads them: from the run directory's phase table
-// (harness/agent/phase_table.h) and from phase.PID files (harness/agent/protocol.h).
+// (faults/preload/phase_table.h) and from phase.PID files (faults/preload/protocol.h).
 #pragma once
 
 #include <sys/types.h>

@@ -10,8 +10,8 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/agent/phase_table.h"
-#include "harness/agent/protocol.h"
+#include "faults/preload/phase_table.h"
+#include "faults/preload/protocol.h"
 
 namespace faultline::harness {
 namespace {

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "harness/agent/protocol.h"
+#include "faults/preload/protocol.h"
 #include "harness/containment.h"
 #include "harness/detail/sys.h"
 #include "harness/process.h"

@@ -19,8 +19,8 @@
 #include "harness/core_dump.h"
 #include "harness/output_capture.h"
 
-#include "harness/agent/phase_table.h"
-#include "harness/agent/protocol.h"
+#include "faults/preload/phase_table.h"
+#include "faults/preload/protocol.h"
 #include "harness/detail/sys.h"
 #include "harness/phases.h"
 #include "harness/process.h"

@@ -9,7 +9,7 @@
 #include <map>
 #include <thread>
 
-#include "harness/agent/protocol.h"
+#include "faults/preload/protocol.h"
 #include "harness/detail/sys.h"
 #include "harness/dwfl_stacks.h"
 #include "harness/phases.h"

@@ -26,7 +26,7 @@
 
 #include "core/device/device.h"
 #include "faults/engine.h"
-#include "harness/agent/agent.h"
+#include "faults/preload/agent.h"
 #include "scenarios/scenario.h"
 
 namespace {

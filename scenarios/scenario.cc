@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "core/device/device.h"
-#include "harness/agent/agent.h"
+#include "faults/preload/agent.h"
 
 namespace faultline::scenarios {
 

@@ -46,7 +46,7 @@ using namespace faultline::harness;
 constexpr unsigned idle_limit_s = 120;
 constexpr std::size_t status_limit_bytes = 64 << 10;
 constexpr std::size_t environ_limit_bytes = 4 << 20;
-constexpr const char* run_dir_env = "FAULTLINE_RUN_DIR";  // harness/agent/protocol.h's run_dir_env
+constexpr const char* run_dir_env = "FAULTLINE_RUN_DIR";  // faults/preload/protocol.h's run_dir_env
 
 int kmsg_fd = -1;
 pid_t crashing_pid = 0;

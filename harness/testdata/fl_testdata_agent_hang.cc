@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "harness/agent/agent.h"
+#include "faults/preload/agent.h"
 
 namespace {
 

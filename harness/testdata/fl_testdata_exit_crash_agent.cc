@@ -4,7 +4,7 @@
 // agent names that frame itself. Phase file: run, work-end — a crash in phase `exit`.
 #include <cstdio>
 
-#include "harness/agent/agent.h"
+#include "faults/preload/agent.h"
 
 [[gnu::noinline]] void exit_crash_destructor_frame() {
   int* volatile target = nullptr;

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <thread>
 
-#include "harness/agent/protocol.h"
+#include "faults/preload/protocol.h"
 #include "harness/detail/proc.h"
 #include "harness/detail/sys.h"
 #include "harness/process.h"
@@ -20,7 +20,7 @@ fs::path bin_dir() { return detail::self_dir(); }
 
 fs::path program(const std::string& name) {
   fs::path p = bin_dir() / name;
-  EXPECT_TRUE(fs::exists(p)) << p << " is missing: build its target (harness/testdata, harness/agent)";
+  EXPECT_TRUE(fs::exists(p)) << p << " is missing: build its target (harness/testdata, faults/preload)";
   return p;
 }
 

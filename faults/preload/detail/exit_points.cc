@@ -1,4 +1,4 @@
-#include "harness/agent/detail/exit_points.h"
+#include "faults/preload/detail/exit_points.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "harness/agent/agent.h"
+#include "faults/preload/agent.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -22,9 +22,9 @@
 #include <ctime>
 
 #include "core/host_ids.h"
-#include "harness/agent/detail/text.h"
-#include "harness/agent/phase_table.h"
-#include "harness/agent/protocol.h"
+#include "faults/preload/detail/text.h"
+#include "faults/preload/phase_table.h"
+#include "faults/preload/protocol.h"
 
 #if FAULTLINE_AGENT_HAVE_DEMANGLER
 // libsupc++'s callback demangler (the one std::terminate's verbose handler uses): it keeps its

@@ -31,10 +31,10 @@
 
 #include "faults/random.h"
 #include "core/host_ids.h"
-#include "harness/agent/agent.h"
-#include "harness/agent/detail/exit_points.h"
-#include "harness/agent/detail/text.h"
-#include "harness/agent/protocol.h"
+#include "faults/preload/agent.h"
+#include "faults/preload/detail/exit_points.h"
+#include "faults/preload/detail/text.h"
+#include "faults/preload/protocol.h"
 
 extern "C" int __cxa_atexit(void (*fn)(void*), void* arg, void* dso_handle);
 

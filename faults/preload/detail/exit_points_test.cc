@@ -1,6 +1,6 @@
 // The agent's reader of its own points in FAULTLINE_FAULTS: which item applies to exit/start and
 // exit/end, how terms parse (the grammar subset of faults/spec.h), and fail(9) evaluation.
-#include "harness/agent/detail/exit_points.h"
+#include "faults/preload/detail/exit_points.h"
 
 #include <gtest/gtest.h>
 

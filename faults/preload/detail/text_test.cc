@@ -1,7 +1,7 @@
 // Tests of the agent's signal-safe text output: number formatting, buffering across the writer's
 // capacity, and the protocol's frame line with and without a module, a symbol and a demangler.
 // Output goes through a pipe and is read back, as the runner would read the files.
-#include "harness/agent/detail/text.h"
+#include "faults/preload/detail/text.h"
 
 #include <fcntl.h>
 #include <unistd.h>

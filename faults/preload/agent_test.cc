@@ -3,7 +3,7 @@
 // protocol.h, the child's output and how it died. faultline_agent_test_child links the agent;
 // faultline_agent_test_plain knows nothing of it and gets libfaultline_agent.so by LD_PRELOAD.
 // Waits are bounded but generous (a loaded 2-core machine); nothing asserts a duration.
-#include "harness/agent/agent.h"
+#include "faults/preload/agent.h"
 
 #include <elf.h>
 #include <fcntl.h>
@@ -33,8 +33,8 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/agent/phase_table.h"
-#include "harness/agent/protocol.h"
+#include "faults/preload/phase_table.h"
+#include "faults/preload/protocol.h"
 
 extern char** environ;
 

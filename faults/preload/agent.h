@@ -41,7 +41,7 @@
 //    in the same process are two independent agents (harmless: markers are written twice).
 #pragma once
 
-#include "harness/agent/protocol.h"
+#include "faults/preload/protocol.h"
 
 namespace faultline::agent {
 

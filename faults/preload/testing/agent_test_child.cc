@@ -41,7 +41,7 @@
 #include <thread>
 #include <vector>
 
-#include "harness/agent/agent.h"
+#include "faults/preload/agent.h"
 
 // The sanitizers' own deadly-signal handling would turn the crashes this program makes into
 // "exit 1" (ASan) or "exit 66" (TSan); the agent's behaviour is what is under test here.
