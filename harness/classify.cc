@@ -213,7 +213,7 @@ bool system_module(std::string_view module) {
   static constexpr std::string_view prefixes[] = {
       "libc.so", "libc-", "libm.so", "libm-", "libmvec", "libpthread", "libdl.so", "libdl-", "librt.so",
       "librt-", "libstdc++", "libgcc_s", "ld-linux", "ld-2.", "ld.so", "ld64.so", "linux-vdso", "linux-gate",
-      "[vdso", "libcuda.so", "libcudart", "libnvidia-", "libfaultline_agent", "libasan", "libtsan", "libubsan",
+      "[vdso", "libcuda.so", "libcudart", "libcupti", "libnvidia-", "libfaultline_agent", "libasan", "libtsan", "libubsan",
       "liblsan", "libhwasan"};
   std::string_view mod = basename(module);
   for (std::string_view p : prefixes)
@@ -539,6 +539,38 @@ std::optional<std::string> find_invariant(std::string_view log) {
   return name;
 }
 
+// The late CUDA calls the agent recorded (protocol.h, late-cuda.PID), the leader's first.
+struct late_call {
+  pid_t pid = 0;
+  std::string api;
+  std::vector<frame> frames;
+};
+
+std::vector<late_call> late_cuda_calls(const fs::path& run_dir, pid_t leader) {
+  std::vector<late_call> calls;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!starts_with(name, agent::late_cuda_file_prefix)) continue;
+    const pid_t pid = leading_int(std::string_view(name).substr(std::string_view(agent::late_cuda_file_prefix).size()));
+    auto text = detail::read_file(entry.path(), 1 << 22);
+    if (!text) continue;
+    for (auto l : lines_of(*text)) {
+      if (starts_with(l, "call ")) {
+        late_call c;
+        c.pid = pid;
+        auto rest = l.substr(5);
+        c.api = std::string(rest.substr(0, rest.find(' ')));
+        calls.push_back(std::move(c));
+      } else if (auto f = parse_agent_frame(l); f && !calls.empty() && calls.back().pid == pid) {
+        calls.back().frames.push_back(std::move(*f));
+      }
+    }
+  }
+  std::stable_partition(calls.begin(), calls.end(), [&](const late_call& c) { return c.pid == leader; });
+  return calls;
+}
+
 classification classify(const run_evidence& e) {
   classification c;
   if (e.spawn_failed) {
@@ -637,6 +669,13 @@ classification classify(const run_evidence& e) {
     auto log = detail::read_file(e.log_path, 1 << 26);
     auto inv = log ? find_invariant(*log) : std::nullopt;
     c.signature = inv ? *inv : "exit " + std::to_string(*c.exit_code);
+  } else if (auto late = late_cuda_calls(e.run_dir, e.leader); !late.empty()) {
+    // A CUDA call after the runtime's teardown: the bug RMM #2367 fixed, silent without this.
+    c.result = outcome::fail;
+    c.when = phase::exit;
+    symbolise(late.front().frames);
+    const std::string where = program_signature(late.front().frames, 2);
+    c.signature = "late-cuda: " + late.front().api + (where.empty() ? "" : " \u2190 " + where);
   } else if (!e.leaked_pids.empty() || !e.leaked_shm.empty()) {
     c.result = outcome::leak;
     c.when = phase::exit;

@@ -375,6 +375,35 @@ TEST_F(classify_dir, clean_exit_is_a_pass) {
   EXPECT_EQ(c.signature, "");
 }
 
+constexpr const char* late_cuda_text =
+    "call cudaEventSynchronize 4\n"
+    "#0 0x7f0000010000 /opt/lib/libfaultline_agent.so+0x10000 faultline::agent::record_late_cuda(char const*, int)\n"
+    "#1 0x7f0000020000 /usr/local/cuda/lib64/libcupti.so.13+0x20000 ??\n"
+    "#2 0x7f0000030000 /opt/app/lib/librmm.so+0x30000 cudaEventSynchronize\n"
+    "#3 0x7f0000040000 /opt/app/lib/librmm.so+0x40000 rmm::mr::pool_memory_resource::release()\n"
+    "#4 0x7f0000050000 /opt/app/bin/client+0x500 pool_holder::~pool_holder()\n"
+    "#5 0x7f0000001000 /lib/x86_64-linux-gnu/libc.so.6+0x1000 __run_exit_handlers\n"
+    "\n"
+    "call cuEventDestroy_v2 4\n"
+    "#0 0x7f0000010000 /opt/lib/libfaultline_agent.so+0x10000 faultline::agent::record_late_cuda(char const*, int)\n"
+    "\n";
+
+TEST_F(classify_dir, a_late_cuda_call_fails_a_clean_exit_in_the_exit_phase_named_by_its_callers) {
+  e_.wait_status = exited(0);
+  write("late-cuda.1000", late_cuda_text);
+  auto c = classify(e_);
+  EXPECT_EQ(c.result, outcome::fail);
+  EXPECT_EQ(c.when, phase::exit);
+  EXPECT_EQ(c.signature, "late-cuda: cudaEventSynchronize \u2190 cudaEventSynchronize | rmm::mr::pool_memory_resource::release");
+}
+
+TEST_F(classify_dir, a_crash_keeps_its_verdict_beside_late_cuda_calls) {
+  e_.wait_status = killed(SIGSEGV);
+  write("late-cuda.1000", late_cuda_text);
+  auto c = classify(e_);
+  EXPECT_EQ(c.result, outcome::crash);
+}
+
 TEST_F(classify_dir, nonzero_exit_names_the_invariant) {
   write("run.log", "starting\ninvariant violated: registry/generation: released gen 3 under gen 4\n");
   e_.wait_status = exited(1);

@@ -111,7 +111,7 @@ struct raw_args {
   std::string log_limit = "4MiB";
   std::string keep = "failures";
   std::string crash = "auto";
-  bool json = false, until_fail = false, no_stacks = false, all = false, no_preload = false, resume = false;
+  bool json = false, until_fail = false, no_stacks = false, all = false, no_preload = false, resume = false, late_cuda = false;
   std::vector<std::string> env, names;
   double target_rate = 0;
   CLI::Option* repeat_opt = nullptr;
@@ -561,10 +561,18 @@ int cmd_exec(const raw_args& a, std::vector<std::string> cmd, cli_context& ctx) 
       std::string preload = fs::weakly_canonical(agent, ec).string();
       if (auto prev = get_env(s.env, "LD_PRELOAD"); prev && !prev->empty()) preload += ":" + *prev;
       v.env.push_back("LD_PRELOAD=" + preload);
+      // --late-cuda: the agent is also the CUDA injection library, which sees late CUDA calls
+      // (late-cuda.PID). Off by default: its callbacks, enabled as exit begins, change exit races
+      // (an RMM 26.04 client with a detached worker crashed in 25/30 runs with them, 35/90 bare).
+      if (a.late_cuda) {
+        if (get_env(s.env, "CUDA_INJECTION64_PATH")) throw usage_error{"--late-cuda: CUDA_INJECTION64_PATH is set already (another tool's injection library)"};
+        v.env.push_back("CUDA_INJECTION64_PATH=" + fs::weakly_canonical(agent, ec).string());
+      }
     }
   }
   return report_runs({v}, s, ctx, [&](const run_record& r) {
-    return std::string("faultline exec") + repro_flags(r, s) + (a.no_preload ? " --no-preload" : "") + " -- " +
+    return std::string("faultline exec") + repro_flags(r, s) + (a.no_preload ? " --no-preload" : "") +
+           (a.late_cuda && !a.no_preload ? " --late-cuda" : "") + " -- " +
            detail::shell_join(r.command);
   });
 }
@@ -778,6 +786,12 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   exec->footer(exec_about);
   add_common(exec, exec_a, true);
   exec->add_flag("--no-preload", exec_a.no_preload, "do not preload the agent");
+  exec->add_flag("--late-cuda", exec_a.late_cuda,
+                 "fail a run whose processes make CUDA runtime or driver calls after the runtime's teardown "
+                 "(answered cudaErrorCudartUnloading / CUDA_ERROR_DEINITIALIZED), signed with the call and its "
+                 "callers: the agent becomes the CUDA injection library (CUDA_INJECTION64_PATH) and enables CUPTI's "
+                 "callbacks when main returns or exit() begins. Off by default: it changes exit races. Needs "
+                 "libcupti.so.13 on the loader's path or beside the agent; FAULTLINE_LATE_CUDA=debug says what it sees");
   std::vector<std::string> exec_cmd;
   exec->add_option("command", exec_cmd, "the command and its arguments, after --");
 

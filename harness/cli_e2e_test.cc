@@ -245,6 +245,31 @@ TEST_F(cli_e2e, with_core_capture_runs_dump_only_anonymous_private_memory) {
   EXPECT_EQ(filter_of_a_run({{"FAULTLINE_COREDUMP_FILTER", "0x33"}}), "00000033");
 }
 
+TEST_F(cli_e2e, late_cuda_makes_the_agent_the_cuda_injection_library_only_when_asked) {
+  auto injection_of_a_run = [&](std::vector<std::string> extra, const std::map<std::string, std::string>& env) {
+    fs::remove_all(out());
+    std::vector<std::string> args = {"exec", "--out", out()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    // Exit 1 so that the run's log is kept.
+    for (std::string w : {"--", "/bin/sh", "-c", "echo \"[$CUDA_INJECTION64_PATH]\"; exit 1"}) args.push_back(w);
+    auto r = run_faultline(args, env);
+    EXPECT_EQ(r.status, 1) << r.err;
+    auto recs = results(out());
+    if (recs.size() != 1) return std::string("no record: ") + r.err;
+    std::ifstream log(fs::path(out()) / recs[0].log);
+    std::string first;
+    std::getline(log, first);
+    return first;
+  };
+  EXPECT_EQ(injection_of_a_run({}, {}), "[]");
+  const std::string with = injection_of_a_run({"--late-cuda"}, {});
+  EXPECT_NE(with.find("libfaultline_agent.so]"), std::string::npos) << with;
+  // Another tool's injection library is not replaced: a clear refusal.
+  auto clash = run_faultline({"exec", "--late-cuda", "--out", out(), "--", "/bin/true"}, {{"CUDA_INJECTION64_PATH", "/opt/profiler.so"}});
+  EXPECT_EQ(clash.status, 2);
+  EXPECT_NE(clash.err.find("CUDA_INJECTION64_PATH is set already"), std::string::npos) << clash.err;
+}
+
 TEST_F(cli_e2e, until_fail_stops_at_the_first_failure_and_its_repro_replays_it) {
   // Even seeds pass and odd seeds fail: from seed 10 the second run fails.
   auto r = run_faultline({"run", "fake/behave", "--faults", "fake/fail-on-odd-seed=print", "--seed", "10", "--until-fail", "--json",

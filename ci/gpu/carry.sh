@@ -75,6 +75,15 @@ done
 for lib in "$build"/lib/*.so; do
   [ -f "$lib" ] && carry "$lib" "$dest/lib/$(basename "$lib")"
 done
+# CUPTI, which the agent dlopens beside itself to see late CUDA calls (a stock driver machine has
+# none): the toolkit's libcupti.so.13, found through the agent's build or the usual toolkit path.
+for cupti in "${CUDA_HOME:-/usr/local/cuda}"/lib64/libcupti.so.13 "${CUDA_HOME:-/usr/local/cuda}"/lib/libcupti.so.13 \
+             "${CUDA_HOME:-/usr/local/cuda}"/extras/CUPTI/lib64/libcupti.so.13; do
+  if [ -f "$cupti" ]; then
+    carry "$(readlink -f "$cupti")" "$dest/lib/libcupti.so.13"
+    break
+  fi
+done
 for f in "$dest"/bin/* "$dest"/lib/*.so; do
   carry_libs "$f"
 done

@@ -801,6 +801,27 @@ bool installed() noexcept { return agent_active.load(std::memory_order_acquire);
 
 const char* run_dir() noexcept { return installed() ? run_dir_path : nullptr; }
 
+bool record_late_cuda(const char* api, int result) noexcept {
+  static std::atomic<unsigned> recorded{0};
+  if (api == nullptr || !installed()) return false;
+  int fd = open_pid_file(late_cuda_file_prefix, core::host_pid(), O_APPEND);
+  if (fd < 0) return false;
+  const bool framed = recorded.fetch_add(1, std::memory_order_relaxed) < late_cuda_framed_calls;
+  {
+    // Buffered: a block is written in as few write(2)s as its size allows.
+    fd_writer out(fd);
+    out.str("call ").str(api).chr(' ').dec(result).chr('\n');
+    if (framed) {
+      void* frames[max_frames];
+      int count = unwind_frames(frames, max_frames);
+      write_frames(out, frames, count, false);
+      out.chr('\n');
+    }
+  }
+  ::close(fd);
+  return true;
+}
+
 bool mark(const char* marker) noexcept {
   if (marker == nullptr || !installed()) return false;
   return append_marker(marker);

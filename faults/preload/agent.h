@@ -84,6 +84,12 @@ install_result install() noexcept;
 /// fails. Async-signal-safe; concurrent marks from several threads each land as whole lines.
 bool mark(const char* marker) noexcept;
 
+/// Appends a late CUDA call to late-cuda.PID (protocol.h): "call API RESULT", the calling
+/// thread's frames (the first late_cuda_framed_calls calls of the process), a blank line. Returns
+/// false when the agent is not installed or the file cannot be written. Called from CUPTI's
+/// callbacks, on the thread that made the call.
+bool record_late_cuda(const char* api, int result) noexcept;
+
 /// Gives the calling thread the agent's alternate signal stack (256 KiB, mapped with a guard
 /// page), so that a stack overflow on this thread is still reported and names are demangled in
 /// its reports. install() does this for the thread that calls it; other threads may call it

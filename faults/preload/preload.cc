@@ -34,6 +34,7 @@
 #include "faults/preload/agent.h"
 #include "faults/preload/detail/exit_points.h"
 #include "faults/preload/detail/text.h"
+#include "faults/preload/late_cuda.h"
 #include "faults/preload/protocol.h"
 
 extern "C" int __cxa_atexit(void (*fn)(void*), void* arg, void* dso_handle);
@@ -140,6 +141,9 @@ exit_fn next_exit() {
 int wrapped_main(int argc, char** argv, char** envp) {
   int status = real_main(argc, argv, envp);
   faultline::agent::mark(faultline::agent::marker_main_returned);
+#if FAULTLINE_LATE_CUDA
+  faultline::agent::arm_late_cuda();
+#endif
   // What __libc_start_main does with main's result, but through the interposed exit() so that
   // "exit" follows "main-returned".
   std::exit(status);
@@ -161,6 +165,9 @@ extern "C" [[gnu::visibility("default")]] int __libc_start_main(
 
 extern "C" [[gnu::visibility("default")]] void exit(int status) noexcept {
   faultline::agent::mark(faultline::agent::marker_exit);
+#if FAULTLINE_LATE_CUDA
+  faultline::agent::arm_late_cuda();
+#endif
   hit_exit_point(exit_start_plan, "exit/start");
   next_exit()(status);
   ::_exit(status);  // not reached: the real exit() does not return

@@ -45,6 +45,14 @@
 //                term then fires). Written by the fault engine (faultline::faults) and by the
 //                preloaded agent for its own points (exit/start, exit/end). A spec item that no
 //                process of any run reached names a point that does not exist or is never hit.
+//   late-cuda.PID  written by the preloaded agent when it is also the process's CUDA injection
+//                library (CUDA_INJECTION64_PATH, set by `faultline exec`): once main has returned
+//                or exit() has begun, every CUDA runtime call answered cudaErrorCudartUnloading
+//                and every driver call answered CUDA_ERROR_DEINITIALIZED is a late call. Each
+//                appends a block: "call API RESULT" (API: the function's name, RESULT: the number
+//                it returned), then the calling thread's frames in the crash-file format, then a
+//                blank line. Past late_cuda_framed_calls blocks, further calls append the "call"
+//                line alone.
 //   crash-stacks.txt  written by the runner, not the agent: every thread of the crashed
 //                process, read by gdb from its core dump (mode off), or every thread of every
 //                process of the run, captured out of process while a crashing process was
@@ -111,7 +119,9 @@ inline constexpr const char* phase_file_prefix = "phase.";
 inline constexpr const char* crash_file_prefix = "crash.";
 inline constexpr const char* stacks_file_prefix = "stacks.";
 inline constexpr const char* points_file_prefix = "points.";
+inline constexpr const char* late_cuda_file_prefix = "late-cuda.";
 inline constexpr unsigned phase_file_bytes = 4096;
+inline constexpr unsigned late_cuda_framed_calls = 64;
 inline constexpr const char* crash_stacks_file = "crash-stacks.txt";
 
 inline constexpr const char* crash_mode_env = "FAULTLINE_AGENT_CRASH";
