@@ -526,11 +526,11 @@ TEST_F(accounting, a_holder_killed_inside_the_lock_is_detected_and_the_region_re
   ASSERT_TRUE(r->charge(0, kind::data, 5 * mib));
   const pid_t child = spawn_child("hold-lock", path_);
   ASSERT_GT(child, 0);
+  // Registering takes the lock too: wait for the hold that follows the child's charge.
   ASSERT_TRUE(wait_until([&] {
     auto rep = inspect(path_);
-    return rep && rep->lock_owner_pid == child;
-  })) << "the child never took the lock";
-  EXPECT_EQ(*r->usage(0), 6 * mib);
+    return rep && rep->lock_owner_pid == child && *r->usage(0) == 6 * mib;
+  })) << "the child never took the lock after its charge";
   kill(child, SIGKILL);
 
   // Not reaped yet: the lock learns of the death from the kernel (EOWNERDEAD) and the repair
