@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "faults/bug_points.h"
+#include "faults/cuda_errors.h"
 
 namespace faultline::faults {
 
@@ -245,7 +246,9 @@ class parser {
       case action_kind::fail: {
         const std::size_t col = pos_;
         std::string_view arg = take_while(is_word_char);
-        constexpr std::string_view expected = "expected an errno name (ENOMEM, EIO, ...) or a positive integer";
+        constexpr std::string_view expected =
+            "expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...) "
+            "or a positive integer";
         if (arg.empty()) return fail_at(col, expected);
         if (is_digit(arg.front())) {
           std::uint64_t v = 0;
@@ -255,10 +258,15 @@ class parser {
           a.code = static_cast<int>(v);
           return status::ok();
         }
-        auto code = errno_from_name(arg);
-        if (!code) return fail_at(col, expected);
-        a.code = *code;
-        return status::ok();
+        if (auto code = errno_from_name(arg)) {
+          a.code = *code;
+          return status::ok();
+        }
+        if (int cuda = cuda_error_from_name(arg.data(), arg.size()); cuda != 0) {
+          a.code = cuda;
+          return status::ok();
+        }
+        return fail_at(col, expected);
       }
       case action_kind::delay: {
         auto d = parse_duration();
@@ -290,8 +298,14 @@ class parser {
       case action_kind::teardown: {
         const std::size_t col = pos_;
         std::string_view arg = take_while(is_word_char);
+        if (arg == "device") {
+          a.device = current_device;
+          return status::ok();
+        }
         std::uint64_t v = 0;
-        if (!parse_u64(arg, v) || v >= max_device) return fail_at(col, "expected a device number");
+        if (!parse_u64(arg, v) || v >= max_device) {
+          return fail_at(col, "expected a device number, or 'device' (the calling thread's current device)");
+        }
         a.device = static_cast<int>(v);
         return status::ok();
       }
@@ -401,7 +415,9 @@ std::string format(const term& t) {
       if (a.timeout != default_pause_timeout) out += ", " + format_duration(a.timeout);
       out += ")";
       break;
-    case action_kind::teardown: out += "(" + std::to_string(a.device) + ")"; break;
+    case action_kind::teardown:
+      out += "(" + (a.device == current_device ? std::string("device") : std::to_string(a.device)) + ")";
+      break;
     default: break;
   }
   return out;

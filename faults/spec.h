@@ -18,10 +18,12 @@
 //   (faults/bug_points.h), and no wildcard may cover bug points. A point may be named once.
 // - P: a decimal percentage 0..100 with at most 7 decimal places (5%, 0.5%).
 // - N: a positive integer: the term fires at most N times.
-// - code: an errno name (ENOMEM, EIO, ...) or a positive integer; `fail` alone means fail(1).
+// - code: an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_LAUNCH_FAILED,
+//   faults/cuda_errors.h: for cuda/ points) or a positive integer; `fail` alone means fail(1).
 // - duration: a whole number with unit ns, us, ms or s (50ms, 2s).
 // - rendezvous: [A-Za-z0-9_.-]{1,128}; the pause timeout defaults to 10s.
-// - device: a device index (0, 1, ...).
+// - device: a device index (0, 1, ...), or the word `device`: the calling thread's current device
+//   (cuda/ points of the preloaded agent).
 // Whitespace is allowed around every token. Empty items (";;" or a trailing ';') are ignored, so
 // an empty or blank spec enables nothing.
 //
@@ -57,6 +59,10 @@ inline constexpr std::size_t max_rendezvous_name_size = 128;
 /// How long a `pause(name)` waits for its partner when no timeout is given.
 inline constexpr std::chrono::nanoseconds default_pause_timeout = std::chrono::seconds(10);
 
+/// teardown(device): the device current on the calling thread (cuda/ points of the preloaded
+/// agent; a core point ignores it).
+inline constexpr int current_device = -1;
+
 /// An action with its arguments; only the fields of `kind` are meaningful.
 struct action {
   action_kind kind = action_kind::off;
@@ -64,7 +70,7 @@ struct action {
   std::chrono::nanoseconds duration{0};  ///< delay: how long to sleep
   std::string rendezvous;                ///< pause: the rendezvous name
   std::chrono::nanoseconds timeout = default_pause_timeout;  ///< pause: how long to wait
-  int device = 0;                        ///< teardown: whose context to reset
+  int device = 0;                        ///< teardown: whose context to reset (current_device: the caller's)
 
   friend bool operator==(const action&, const action&) = default;
 };

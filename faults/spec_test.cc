@@ -86,6 +86,17 @@ TEST(spec, gives_every_action_its_arguments_and_defaults) {
   EXPECT_EQ(s.items[11].terms[0].action.duration, 7us);
 }
 
+TEST(spec, reads_cuda_error_names_and_the_current_device) {
+  auto s = parse("cuda/cuMemFree_v2=fail(CUDA_ERROR_LAUNCH_FAILED)->teardown(device)");
+  ASSERT_TRUE(s) << s.error().message();
+  EXPECT_EQ(s->items[0].terms[0].action.code, 719);
+  EXPECT_EQ(s->items[0].terms[1].action.device, current_device);
+  EXPECT_EQ(format(s->items[0]), "cuda/cuMemFree_v2=fail(719)->teardown(device)");
+  auto bad = parse("cuda/x=teardown(gpu)");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("'device'"), std::string::npos) << bad.error().message();
+}
+
 TEST(spec, reads_percentages_to_parts_per_billion) {
   auto ppb = [](std::string_view text) {
     spec s = parse_ok("p=" + std::string(text) + "fail");
@@ -188,9 +199,9 @@ TEST(spec, rejects_malformed_specs_with_column_and_expectation) {
       {"a=delay(50ms", "faults spec: column 13: expected ')' to close 'delay(', found end of spec"},
       {"a=fail(EIO", "faults spec: column 11: expected ')' to close 'fail(', found end of spec"},
       {"a=fail(ENOMEN)",
-       "faults spec: column 8: expected an errno name (ENOMEM, EIO, ...) or a positive integer, found 'ENOMEN'"},
-      {"a=fail()", "faults spec: column 8: expected an errno name (ENOMEM, EIO, ...) or a positive integer, found ')'"},
-      {"a=fail(-1)", "faults spec: column 8: expected an errno name (ENOMEM, EIO, ...) or a positive integer, found '-'"},
+       "faults spec: column 8: expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...) or a positive integer, found 'ENOMEN'"},
+      {"a=fail()", "faults spec: column 8: expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...) or a positive integer, found ')'"},
+      {"a=fail(-1)", "faults spec: column 8: expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...) or a positive integer, found '-'"},
       {"a=fail(0)", "faults spec: column 8: a failure code must be a positive integer or an errno name, found '0'"},
       {"a=fail(2147483648)",
        "faults spec: column 8: a failure code must be a positive integer or an errno name, found '2147483648'"},
@@ -200,8 +211,8 @@ TEST(spec, rejects_malformed_specs_with_column_and_expectation) {
       {"a=pause(x, 0s)", "faults spec: column 12: a pause timeout must be positive, found '0s'"},
       {"a=pause(x,)",
        "faults spec: column 11: expected a duration like 50ms (a whole number with unit ns, us, ms or s), found ')'"},
-      {"a=teardown(x)", "faults spec: column 12: expected a device number, found 'x'"},
-      {"a=teardown(99999)", "faults spec: column 12: expected a device number, found '99999'"},
+      {"a=teardown(x)", "faults spec: column 12: expected a device number, or 'device' (the calling thread's current device), found 'x'"},
+      {"a=teardown(99999)", "faults spec: column 12: expected a device number, or 'device' (the calling thread's current device), found '99999'"},
       {"sim/*x=fail", "faults spec: column 6: a wildcard '*' must end the point name, found 'x'"},
       {"sim/**=fail", "faults spec: column 6: a wildcard '*' must end the point name, found '*'"},
       {"*=fail", "faults spec: column 1: expected a point name, found '*'"},

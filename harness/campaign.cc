@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "faults/preload/protocol.h"
+#include "harness/agent_dir.h"
 #include "harness/detail/sys.h"
 #include "harness/process.h"
 #include "harness/process_tree.h"
@@ -51,28 +52,6 @@ run_record to_record(const run_report& rep, const variant& v, const std::string&
   r.timestamp = detail::iso_utc(rep.started);
   r.command = argv;
   return r;
-}
-
-// The fault-spec patterns that processes of the run reached: the union of its points.PID files
-// (faults/preload/protocol.h), sorted.
-std::vector<std::string> read_points(const fs::path& run_dir) {
-  std::set<std::string> reached;
-  std::error_code ec;
-  for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().filename().string().rfind(agent::points_file_prefix, 0) != 0) continue;
-    auto text = detail::read_file(it->path(), 1 << 20);
-    if (!text) continue;
-    std::size_t pos = 0;
-    while (pos < text->size()) {
-      std::size_t nl = text->find('\n', pos);
-      if (nl == std::string::npos) nl = text->size();
-      std::string line = text->substr(pos, nl - pos);
-      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-      if (!line.empty()) reached.insert(std::move(line));
-      pos = nl + 1;
-    }
-  }
-  return {reached.begin(), reached.end()};
 }
 
 // Removes a run's log (its directory was the thread's working directory, which the next run

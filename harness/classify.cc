@@ -539,12 +539,11 @@ std::optional<std::string> find_invariant(std::string_view log) {
   return name;
 }
 
-// The late CUDA calls the agent recorded (protocol.h, late-cuda.PID), the leader's first.
-struct late_call {
-  pid_t pid = 0;
-  std::string api;
-  std::vector<frame> frames;
-};
+phase marked_phase(const fs::path& run_dir, pid_t pid) {
+  auto m = phase_markers(run_dir, pid);
+  const bool over = m.count(agent::marker_work_end) || m.count(agent::marker_main_returned) || m.count(agent::marker_exit);
+  return over ? phase::exit : phase::run;
+}
 
 std::vector<late_call> late_cuda_calls(const fs::path& run_dir, pid_t leader) {
   std::vector<late_call> calls;
@@ -569,6 +568,12 @@ std::vector<late_call> late_cuda_calls(const fs::path& run_dir, pid_t leader) {
   }
   std::stable_partition(calls.begin(), calls.end(), [&](const late_call& c) { return c.pid == leader; });
   return calls;
+}
+
+std::string late_cuda_signature(late_call& call) {
+  symbolise(call.frames);
+  const std::string where = program_signature(call.frames, 2);
+  return "late-cuda: " + call.api + (where.empty() ? "" : " \u2190 " + where);
 }
 
 classification classify(const run_evidence& e) {
@@ -609,9 +614,7 @@ classification classify(const run_evidence& e) {
                               fs::exists(e.run_dir / gtest_xml_file);
   const bool tests_passed = gtest_xml_all_passed(e.run_dir / gtest_xml_file);
   auto work_over = [&](pid_t pid) {
-    auto m = phase_markers(e.run_dir, pid);
-    return m.count(agent::marker_work_end) || m.count(agent::marker_main_returned) || m.count(agent::marker_exit) ||
-           (pid == e.leader && tests_finished);
+    return marked_phase(e.run_dir, pid) == phase::exit || (pid == e.leader && tests_finished);
   };
 
   if (e.timed_out) {
@@ -673,9 +676,7 @@ classification classify(const run_evidence& e) {
     // A CUDA call after the runtime's teardown: the bug RMM #2367 fixed, silent without this.
     c.result = outcome::fail;
     c.when = phase::exit;
-    symbolise(late.front().frames);
-    const std::string where = program_signature(late.front().frames, 2);
-    c.signature = "late-cuda: " + late.front().api + (where.empty() ? "" : " \u2190 " + where);
+    c.signature = late_cuda_signature(late.front());
   } else if (!e.leaked_pids.empty() || !e.leaked_shm.empty()) {
     c.result = outcome::leak;
     c.when = phase::exit;

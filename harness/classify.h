@@ -133,6 +133,27 @@ std::string hang_signature(std::string_view stacks_text, std::size_t depth = 3);
 /// The NAME of the first "invariant violated: NAME: detail" line in `log`.
 std::optional<std::string> find_invariant(std::string_view log);
 
+/// The phase a process of `run_dir` was in, from its agent markers (protocol.h; the table and
+/// phase.PID files, phases.h): `exit` once it marked work-end, main-returned or exit, else `run`
+/// (also when it left no markers). classify() judges crashes and hangs by it.
+phase marked_phase(const std::filesystem::path& run_dir, pid_t pid);
+
+/// One late CUDA call the agent recorded in late-cuda.PID (protocol.h): the API, and the calling
+/// thread's frames (none for the calls past agent::late_cuda_framed_calls).
+struct late_call {
+  pid_t pid = 0;
+  std::string api;
+  std::vector<frame> frames;
+};
+
+/// Every late CUDA call recorded in `run_dir` (each late-cuda.PID file in file order), those of
+/// process `leader` first (0: none is).
+std::vector<late_call> late_cuda_calls(const std::filesystem::path& run_dir, pid_t leader);
+
+/// The signature classify() gives a run failed by `call`: "late-cuda: API", followed by
+/// " ← f | g" when the call has program frames (its top two, symbolised here first).
+std::string late_cuda_signature(late_call& call);
+
 /// What the runner saw of one run.
 struct run_evidence {
   std::filesystem::path run_dir;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <optional>
 
 #include "faults/spec.h"
+#include "harness/agent_dir.h"
 #include "harness/campaign.h"
 #include "harness/containment.h"
 #include "harness/core_dump.h"
@@ -85,7 +87,11 @@ the default per-run timeout.)";
 constexpr const char* exec_about = R"(Run a command repeatedly:  faultline exec [OPTIONS] -- CMD [ARGS...]
 The in-process agent (BUILD/lib/libfaultline_agent.so, beside the faultline binary) is preloaded so
 that crashes leave a backtrace and exit-time failures are told from work-time ones; gtest programs
-are asked for an XML report. Default per-run timeout: 10m.)";
+are asked for an XML report. Default per-run timeout: 10m.
+The agent's own fault points, for any program: exit/start and exit/end (off, delay, abort, kill,
+print) and cuda/<API> before a CUDA driver call (cuda/cuMemFree_v2, cuda/cuMem*: also
+fail(CUDA_ERROR_...) -- the call is not made -- and teardown(device)) or runtime call
+(cuda/cudaEventSynchronize: through CUPTI, no fail). See the README's "CUDA fault points".)";
 
 constexpr const char* verify_about = R"(Check that every scenario's clean variant never fails and that each of its bug points is
 detected (any outcome but pass) at least at the scenario's required rate. Prints a table; exit
@@ -209,23 +215,49 @@ void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
   }
 }
 
-// The preloaded agent's own points (exit/start, exit/end) act at process exit: only off, delay,
-// abort, kill and print mean anything there (preload.cc). Anything else is refused up front
-// rather than silently ignored.
-void check_exit_points(const faults::spec& spec) {
+// Whether a spec item covers names starting with `prefix` ("cuda/cuda": runtime functions), or
+// the name `point` exactly when given.
+bool covers_prefix(const faults::item& item, std::string_view prefix) {
+  const std::string_view p = item.prefix();
+  return item.is_wildcard() ? (prefix.starts_with(p) || p.starts_with(prefix)) : std::string_view(item.point).starts_with(prefix);
+}
+
+// Whether the spec names CUDA runtime functions (cuda/cuda...): those points need the agent to
+// be the CUDA injection library (cuda_points.h).
+bool names_cuda_runtime(const faults::spec& spec) {
+  return std::any_of(spec.items.begin(), spec.items.end(), [](const faults::item& i) { return covers_prefix(i, "cuda/cuda"); });
+}
+
+// The preloaded agent's own points act where the fault engine does not reach: exit/start and
+// exit/end at process exit (off, delay, abort, kill, print), cuda/<API> before a CUDA call
+// (those and fail, teardown; faults/preload/cuda_points.h). What they cannot do is refused up
+// front rather than silently ignored.
+void check_agent_points(const faults::spec& spec) {
+  using faults::action_kind;
   for (const auto& item : spec.items) {
-    const std::string_view prefix = item.prefix();
-    const bool covers = item.is_wildcard() ? (std::string_view("exit/start").starts_with(prefix) ||
-                                              std::string_view("exit/end").starts_with(prefix))
-                                           : (item.point == "exit/start" || item.point == "exit/end");
-    if (!covers) continue;
+    const bool exit_point = item.is_wildcard() ? (std::string_view("exit/start").starts_with(item.prefix()) ||
+                                                  std::string_view("exit/end").starts_with(item.prefix()))
+                                               : (item.point == "exit/start" || item.point == "exit/end");
+    const bool cuda_point = covers_prefix(item, "cuda/");
+    // fail is refused where the item names runtime calls only; a wider one (cuda/*) fails the
+    // driver calls it covers.
+    const bool runtime_point = std::string_view(item.is_wildcard() ? item.prefix() : item.point).starts_with("cuda/cuda");
     for (const auto& t : item.terms) {
-      using faults::action_kind;
       const action_kind k = t.action.kind;
-      if (k != action_kind::off && k != action_kind::delay && k != action_kind::abort && k != action_kind::kill &&
-          k != action_kind::print)
+      const bool basic = k == action_kind::off || k == action_kind::delay || k == action_kind::abort ||
+                         k == action_kind::kill || k == action_kind::print;
+      if (exit_point && !basic)
         throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill or print, not " +
                           std::string(faults::to_string(k))};
+      if (cuda_point && k == action_kind::pause)
+        throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill, print, fail or teardown, not pause"};
+      if (runtime_point && k == action_kind::fail)
+        throw usage_error{"--faults: " + item.point +
+                          ": a CUDA runtime call cannot be failed (CUPTI's callbacks cannot change its result); fail "
+                          "the driver call it makes instead, e.g. cuda/cuMemFree_v2=fail(CUDA_ERROR_LAUNCH_FAILED) "
+                          "for cudaFree"};
+      if (!cuda_point && k == action_kind::teardown && t.action.device == faults::current_device)
+        throw usage_error{"--faults: " + item.point + ": teardown(device) is for cuda/ points; name a device (teardown(0))"};
     }
   }
 }
@@ -311,7 +343,7 @@ settings resolve(const raw_args& a, std::uint64_t default_repeat) {
   if (auto parsed = faults::parse(a.faults); !parsed) {
     throw usage_error{"--faults: " + parsed.error().message()};
   } else {
-    check_exit_points(*parsed);
+    check_agent_points(*parsed);
   }
   auto crash = crash_capture_from_string(a.crash);
   if (!crash) throw usage_error{"--crash-capture '" + a.crash + "': expected auto, core, none, outside, minimal or inside"};
@@ -555,19 +587,15 @@ int cmd_exec(const raw_args& a, std::vector<std::string> cmd, cli_context& ctx) 
   v.timeout = s.timeout.value_or(std::chrono::minutes(10));
   v.gtest_output = true;
   if (!a.no_preload) {
-    fs::path agent = detail::self_dir() / ".." / "lib" / "libfaultline_agent.so";
+    const fs::path agent = agent_library();
     std::error_code ec;
-    if (fs::exists(agent, ec)) {
-      std::string preload = fs::weakly_canonical(agent, ec).string();
-      if (auto prev = get_env(s.env, "LD_PRELOAD"); prev && !prev->empty()) preload += ":" + *prev;
-      v.env.push_back("LD_PRELOAD=" + preload);
-      // --late-cuda: the agent is also the CUDA injection library, which sees late CUDA calls
-      // (late-cuda.PID). Off by default: its callbacks, enabled as exit begins, change exit races
-      // (an RMM 26.04 client with a detached worker crashed in 25/30 runs with them, 35/90 bare).
-      if (a.late_cuda) {
-        if (get_env(s.env, "CUDA_INJECTION64_PATH")) throw usage_error{"--late-cuda: CUDA_INJECTION64_PATH is set already (another tool's injection library)"};
-        v.env.push_back("CUDA_INJECTION64_PATH=" + fs::weakly_canonical(agent, ec).string());
-      }
+    if (!agent.empty() && fs::exists(agent, ec)) {
+      // LD_PRELOAD, and with --late-cuda or cuda/cuda... points the agent as the CUDA injection
+      // library. --late-cuda is off by default: its callbacks, enabled as exit begins, change exit
+      // races (an RMM 26.04 client with a detached worker crashed in 25/30 runs with them, 35/90 bare).
+      auto preload = preload_environment(agent, s.env, a.late_cuda, names_cuda_runtime(*faults::parse(s.faults)));
+      if (!preload) throw usage_error{preload.error().message()};
+      for (const auto& [name, value] : *preload) v.env.push_back(name + "=" + value);
     }
   }
   return report_runs({v}, s, ctx, [&](const run_record& r) {
@@ -851,12 +879,30 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   cores_options cores_o;
   auto* cores = add_cores_command(app, cores_o);
 
+  // agent-env / agent-report (agent_dir.h): the agent for processes faultline does not start.
+  agent_env_options agent_env_o;
+  auto* agent_env = add_agent_env_command(app, agent_env_o);
+  agent_report_options agent_report_o;
+  auto* agent_report = add_agent_report_command(app, agent_report_o);
+  // agent-env's --faults is refused exactly where exec's is (resolve()), and sets what exec's
+  // does (cmd_exec: cuda/cuda... points make the agent the CUDA injection library).
+  const spec_check check_faults = [](const std::string& text) -> core::result<spec_facts> {
+    auto parsed = faults::parse(text);
+    if (!parsed) return core::status(core::errc::invalid_argument, "--faults: " + parsed.error().message());
+    try {
+      check_agent_points(*parsed);
+    } catch (const usage_error& e) {
+      return core::status(core::errc::invalid_argument, e.message);
+    }
+    return spec_facts{names_cuda_runtime(*parsed)};
+  };
+
   // CLI11 reports a misspelt subcommand as a missing one; name it instead.
   if (args.size() > 1 && !args[1].empty() && args[1][0] != '-' && args[1] != "list" && args[1] != "run" &&
       args[1] != "exec" && args[1] != "verify" && args[1] != "soak" && args[1] != "region" && args[1] != "report" &&
-      args[1] != "gate" && args[1] != "cores") {
+      args[1] != "gate" && args[1] != "cores" && args[1] != "agent-env" && args[1] != "agent-report") {
     ctx.err << "faultline: error: unknown subcommand '" << args[1]
-            << "' (expected list, run, exec, verify, soak, region, report, gate or cores)\n"
+            << "' (expected list, run, exec, verify, soak, region, report, gate, cores, agent-env or agent-report)\n"
             << "Run 'faultline --help' for usage.\n";
     return exit_usage;
   }
@@ -883,6 +929,8 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
     if (report->parsed()) return reports::report_command(report_o, ctx.out, ctx.err);
     if (gate->parsed()) return reports::gate_command(gate_o, ctx.out, ctx.err);
     if (cores->parsed()) return cores_command(cores_o, ctx.out, ctx.err);
+    if (agent_env->parsed()) return agent_env_command(agent_env_o, check_faults, ctx.out, ctx.err);
+    if (agent_report->parsed()) return agent_report_command(agent_report_o, ctx.out, ctx.err);
   } catch (const usage_error& e) {
     ctx.err << "faultline: error: " << e.message << "\nRun 'faultline --help' for usage.\n";
     return exit_usage;

@@ -65,6 +65,15 @@ TEST(cli, rejects_a_malformed_fault_spec_before_any_run) {
   expect_usage_error({"run", "--all", "--faults", "bug/no/such=print"}, "--faults");
 }
 
+TEST(cli, refuses_what_the_agents_points_cannot_do) {
+  expect_usage_error({"exec", "--faults", "exit/end=fail", "--", "true"}, "exit/end takes off, delay, abort, kill or print");
+  expect_usage_error({"exec", "--faults", "cuda/cudaFree=fail", "--", "true"}, "fail the driver call it makes instead");
+  expect_usage_error({"exec", "--faults", "cuda/cuda*=2*fail", "--", "true"}, "cannot be failed");
+  expect_usage_error({"exec", "--faults", "cuda/cuMemFree_v2=pause(x)", "--", "true"}, "not pause");
+  expect_usage_error({"exec", "--faults", "sim/alloc=teardown(device)", "--", "true"}, "teardown(device) is for cuda/ points");
+  expect_usage_error({"exec", "--faults", "cuda/cuMemFree_v2=fail(CUDA_ERROR_NOPE)", "--", "true"}, "CUDA driver error name");
+}
+
 TEST(cli, rejects_an_unknown_stack_method) {
   expect_usage_error({"exec", "--stacks", "psychic", "--", "true"}, "expected auto, gdb, eu-stack, libdwfl, agent, proc or none");
 }

@@ -75,6 +75,13 @@ done
 for lib in "$build"/lib/*.so; do
   [ -f "$lib" ] && carry "$lib" "$dest/lib/$(basename "$lib")"
 done
+# cuda_points_bench's stand-in driver, in a folder of its own: never on the loader's path, where it
+# would hide the real libcuda.so.1.
+fake=$build/faults/preload/fakecuda/libcuda.so.1
+if [ -f "$fake" ]; then
+  mkdir -p "$dest/fakecuda"
+  carry "$fake" "$dest/fakecuda/libcuda.so.1"
+fi
 # CUPTI, which the agent dlopens beside itself to see late CUDA calls (a stock driver machine has
 # none): the toolkit's libcupti.so.13, found through the agent's build or the usual toolkit path.
 for cupti in "${CUDA_HOME:-/usr/local/cuda}"/lib64/libcupti.so.13 "${CUDA_HOME:-/usr/local/cuda}"/lib/libcupti.so.13 \

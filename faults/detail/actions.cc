@@ -34,6 +34,10 @@ void sleep_for_ns(std::int64_t ns) noexcept {
 }
 
 void teardown(const char* point, int device) noexcept {
+  if (device == current_device) {  // cuda/ points only (the preloaded agent); the CLI refuses it elsewhere
+    log_injected("point=%s teardown(device) ignored: a core point names its device", point);
+    return;
+  }
   log_injected("point=%s action=teardown(%d)", point, device);
   auto backend = core::device::select_backend();
   if (!backend) {

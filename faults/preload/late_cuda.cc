@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "faults/preload/agent.h"
+#include "faults/preload/cuda_points.h"
 #include "faults/preload/detail/text.h"
 
 namespace {
@@ -35,8 +36,14 @@ static_assert(CUDA_ERROR_DEINITIALIZED == driver_deinitialized);
 using subscribe_fn = CUptiResult (*)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*);
 using enable_domain_fn = CUptiResult (*)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain);
 
+using enable_callback_fn = CUptiResult (*)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId);
+using callback_name_fn = CUptiResult (*)(CUpti_CallbackDomain, uint32_t, const char**);
+
 CUpti_SubscriberHandle subscriber = nullptr;
 enable_domain_fn enable_domain = nullptr;
+bool late_on = false;  // FAULTLINE_LATE_CUDA is not "0"
+// The cuda/ item (cuda_points.h) standing before each runtime function, by CUPTI callback id.
+signed char runtime_items[CUPTI_RUNTIME_TRACE_CBID_SIZE];
 std::atomic<bool> subscribed{false};
 std::atomic<bool> armed{false};
 std::atomic<bool> enabled{false};
@@ -48,9 +55,16 @@ void say(const char* what, const char* detail = "", long value = 0) {
   err.str("faultline-agent (late-cuda): ").str(what).chr(' ').str(detail).chr(' ').dec(value).chr('\n');
 }
 
-void CUPTIAPI on_call(void*, CUpti_CallbackDomain domain, CUpti_CallbackId, const void* data) {
+void CUPTIAPI on_call(void*, CUpti_CallbackDomain domain, CUpti_CallbackId id, const void* data) {
   const auto* call = static_cast<const CUpti_CallbackData*>(data);
-  if (call == nullptr || call->callbackSite != CUPTI_API_EXIT || call->functionReturnValue == nullptr) return;
+  if (call == nullptr) return;
+  if (call->callbackSite == CUPTI_API_ENTER) {
+    if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && id < CUPTI_RUNTIME_TRACE_CBID_SIZE && runtime_items[id] >= 0) {
+      faultline::agent::cuda_points::runtime_hit(runtime_items[id], call->functionName);
+    }
+    return;
+  }
+  if (!late_on || call->callbackSite != CUPTI_API_EXIT || call->functionReturnValue == nullptr) return;
   int result = 0;
   std::memcpy(&result, call->functionReturnValue, sizeof result);  // cudaError_t or CUresult
   const bool late = (domain == CUPTI_CB_DOMAIN_RUNTIME_API && result == cudart_unloading) ||
@@ -61,7 +75,7 @@ void CUPTIAPI on_call(void*, CUpti_CallbackDomain domain, CUpti_CallbackId, cons
 
 // Enables the two API domains once both the subscription and the exit are there.
 void enable_when_ready() {
-  if (!subscribed.load() || !armed.load() || enabled.exchange(true)) return;
+  if (!late_on || !subscribed.load() || !armed.load() || enabled.exchange(true)) return;
   const CUptiResult runtime = enable_domain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API);
   const CUptiResult driver = enable_domain(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API);
   say("enabled runtime, driver:", "", static_cast<long>(runtime) * 1000 + static_cast<long>(driver));
@@ -82,13 +96,32 @@ void* open_cupti() {
   return ::dlopen(dir, RTLD_NOW | RTLD_LOCAL);
 }
 
+// Enables CUPTI's runtime callbacks for the functions a cuda/ item names, from now on.
+void enable_runtime_points(void* cupti) {
+  auto enable = reinterpret_cast<enable_callback_fn>(::dlsym(cupti, "cuptiEnableCallback"));
+  auto name_of = reinterpret_cast<callback_name_fn>(::dlsym(cupti, "cuptiGetCallbackName"));
+  if (enable == nullptr || name_of == nullptr) return;
+  for (uint32_t id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id) {
+    const char* name = nullptr;
+    if (name_of(CUPTI_CB_DOMAIN_RUNTIME_API, id, &name) != CUPTI_SUCCESS || name == nullptr) continue;
+    const int item = faultline::agent::cuda_points::runtime_item(name);
+    if (item < 0) continue;
+    runtime_items[id] = static_cast<signed char>(item);
+    const CUptiResult r = enable(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+    say("runtime point on", name, r);
+  }
+}
+
 }  // namespace
 
 extern "C" [[gnu::visibility("default")]] int InitializeInjection() {
   const char* off = std::getenv("FAULTLINE_LATE_CUDA");
   debug = off != nullptr && std::strcmp(off, "debug") == 0;
+  late_on = off == nullptr || std::strcmp(off, "0") != 0;
+  std::memset(runtime_items, -1, sizeof runtime_items);
+  const bool points = faultline::agent::cuda_points::runtime_points();
   say("InitializeInjection, agent installed:", "", faultline::agent::installed());
-  if ((off != nullptr && std::strcmp(off, "0") == 0) || !faultline::agent::installed()) return 1;
+  if ((!late_on && !points) || !faultline::agent::installed()) return 1;
   void* cupti = open_cupti();
   say("libcupti", cupti != nullptr ? "loaded" : ::dlerror());
   if (cupti == nullptr) return 1;
@@ -100,6 +133,7 @@ extern "C" [[gnu::visibility("default")]] int InitializeInjection() {
   say("cuptiSubscribe", "", sub);
   if (sub != CUPTI_SUCCESS) return 1;
   subscribed.store(true);
+  if (points) enable_runtime_points(cupti);
   enable_when_ready();
   return 1;
 }

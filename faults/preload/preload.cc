@@ -13,10 +13,13 @@
 //               in its torn-down state while its other threads run into what was torn down.
 // exit/end is an exit handler registered before __libc_start_main registers the loader's, so it
 // runs after all of them. Neither is reached by _exit(), quick_exit() or a fatal signal.
-// When nothing names them, they cost one branch at exit.
+// When nothing names them, they cost one branch at exit. The cuda/<API> points stand before CUDA
+// calls (cuda_points.h; they export dlsym), and the agent is also the CUDA injection library for
+// late calls (late_cuda.h).
 //
-// Built with hidden visibility: only the two interposed C symbols are exported, so a program
-// that also links the agent statically keeps its own copy distinct from this one.
+// Built with hidden visibility: only the interposed C symbols and InitializeInjection are
+// exported (preload.map), so a program that also links the agent statically keeps its own copy
+// distinct from this one.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -32,9 +35,11 @@
 #include "faults/random.h"
 #include "core/host_ids.h"
 #include "faults/preload/agent.h"
-#include "faults/preload/detail/exit_points.h"
+#include "faults/preload/detail/points.h"
 #include "faults/preload/detail/text.h"
+#include "faults/preload/cuda_points.h"
 #include "faults/preload/late_cuda.h"
+#include "faults/preload/preload_points.h"
 #include "faults/preload/protocol.h"
 
 extern "C" int __cxa_atexit(void (*fn)(void*), void* arg, void* dso_handle);
@@ -50,13 +55,11 @@ exit_fn real_exit = nullptr;
 
 namespace detail = faultline::agent::detail;
 
-detail::exit_plan exit_start_plan;
-detail::exit_plan exit_end_plan;
-faultline::faults::generator exit_rng;
+detail::point_plan exit_start_plan;
+detail::point_plan exit_end_plan;
+faultline::faults::generator point_rng;
 
-std::uint64_t draw_exit_random() { return exit_rng.next(); }
-
-// points.PID, opened at start when an exit point is enabled: reaching the point is then a single
+// points.PID, opened at start when an agent point is enabled: reaching the point is then a single
 // write(2). An exit race kills the process microseconds after the point is reached; an open()
 // there as well would lose the record of many runs that did reach it.
 int points_fd = -1;
@@ -70,14 +73,6 @@ void open_points_file() {
   points_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 }
 
-// Appends the item's pattern to points.PID: the harness reports items no run ever reached.
-void record_reached(const char* pattern) {
-  if (points_fd < 0) return;
-  detail::fixed_string<256> line;
-  line.str(pattern).str("\n");
-  if (!line.overflowed()) (void)!::write(points_fd, line.c_str(), std::strlen(line.c_str()));
-}
-
 void sleep_ns(std::uint64_t ns) {
   timespec left{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
   while (::nanosleep(&left, &left) != 0 && errno == EINTR) {
@@ -85,27 +80,10 @@ void sleep_ns(std::uint64_t ns) {
 }
 
 // One hit of an exit point: at most once per process each (exit runs once).
-void hit_exit_point(detail::exit_plan& plan, const char* name) {
+void hit_exit_point(detail::point_plan& plan, const char* name) {
   if (!plan.enabled) return;
-  record_reached(plan.pattern);
-  const detail::exit_term t = detail::evaluate_exit_plan(plan, &draw_exit_random);
-  switch (t.action) {
-    case detail::exit_action::off:
-      break;
-    case detail::exit_action::delay:
-      sleep_ns(t.delay_ns);
-      break;
-    case detail::exit_action::print: {
-      detail::fd_writer err(STDERR_FILENO);
-      err.str("faultline: fault point ").str(name).str(" reached (injected: print)\n");
-      break;
-    }
-    case detail::exit_action::abort:
-      std::abort();
-    case detail::exit_action::kill:
-      ::kill(::getpid(), SIGKILL);
-      break;
-  }
+  faultline::agent::preload::record_reached(plan.pattern);
+  faultline::agent::preload::act(detail::evaluate_plan(plan, &faultline::agent::preload::draw), name);
 }
 
 void exit_end_handler(void*) { hit_exit_point(exit_end_plan, "exit/end"); }
@@ -131,11 +109,16 @@ exit_fn next_exit() {
   if (faultline::agent::install().status != faultline::agent::install_status::installed) return;
   const char* spec = std::getenv("FAULTLINE_FAULTS");
   if (spec == nullptr || *spec == '\0') return;
-  detail::plan_exit_point(spec, "exit/start", exit_start_plan);
-  detail::plan_exit_point(spec, "exit/end", exit_end_plan);
-  if (exit_start_plan.enabled || exit_end_plan.enabled) open_points_file();
+  detail::plan_point(spec, "exit/start", exit_start_plan);
+  detail::plan_point(spec, "exit/end", exit_end_plan);
+#if FAULTLINE_CUDA_POINTS
+  const bool cuda = faultline::agent::cuda_points::install(spec);
+#else
+  const bool cuda = false;
+#endif
+  if (exit_start_plan.enabled || exit_end_plan.enabled || cuda) open_points_file();
   std::uint64_t seed = 0;
-  if (detail::parse_seed_text(std::getenv("FAULTLINE_SEED"), seed)) exit_rng.reseed(seed);
+  if (detail::parse_seed_text(std::getenv("FAULTLINE_SEED"), seed)) point_rng.reseed(seed);
 }
 
 int wrapped_main(int argc, char** argv, char** envp) {
@@ -150,6 +133,41 @@ int wrapped_main(int argc, char** argv, char** envp) {
 }
 
 }  // namespace
+
+namespace faultline::agent::preload {
+
+void record_reached(const char* pattern) noexcept {
+  if (points_fd < 0) return;
+  detail::fixed_string<256> line;
+  line.str(pattern).str("\n");
+  if (!line.overflowed()) (void)!::write(points_fd, line.c_str(), std::strlen(line.c_str()));
+}
+
+std::uint64_t draw() noexcept { return point_rng.next(); }
+
+void act(const detail::point_term& t, const char* name) noexcept {
+  switch (t.action) {
+    case detail::point_action::off:
+    case detail::point_action::fail:      // the caller's: only a call can answer an error
+    case detail::point_action::teardown:  // the caller's (cuda_points.cc)
+      break;
+    case detail::point_action::delay:
+      sleep_ns(t.delay_ns);
+      break;
+    case detail::point_action::print: {
+      detail::fd_writer err(STDERR_FILENO);
+      err.str("faultline: fault point ").str(name).str(" reached (injected: print)\n");
+      break;
+    }
+    case detail::point_action::abort:
+      std::abort();
+    case detail::point_action::kill:
+      ::kill(::getpid(), SIGKILL);
+      break;
+  }
+}
+
+}  // namespace faultline::agent::preload
 
 extern "C" [[gnu::visibility("default")]] int __libc_start_main(
     main_fn main, int argc, char** argv, void (*init)(), void (*fini)(), void (*rtld_fini)(),

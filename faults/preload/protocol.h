@@ -43,7 +43,7 @@
 //                pattern exactly as the spec names it ("sim/*", "exit/end"), appended the first
 //                time a point matching that item is reached in the process (whether or not its
 //                term then fires). Written by the fault engine (faultline::faults) and by the
-//                preloaded agent for its own points (exit/start, exit/end). A spec item that no
+//                preloaded agent for its own points (exit/start, exit/end, cuda/<API>). A spec item that no
 //                process of any run reached names a point that does not exist or is never hit.
 //   late-cuda.PID  written by the preloaded agent when it is also the process's CUDA injection
 //                library (CUDA_INJECTION64_PATH, set by `faultline exec`): once main has returned
@@ -104,8 +104,9 @@
 //   FAULTLINE_AGENT_QUIET  "1": do not also print crash backtraces to stderr.
 //   FAULTLINE_AGENT_CRASH  "off", "report" (default), "minimal" or "stop": see "Crash capture".
 //   FAULTLINE_AGENT_CRASH_FD  the runner's crash pipe, for "stop".
-//   FAULTLINE_FAULTS, FAULTLINE_SEED  the preloaded agent's own fault points exit/start and
-//                          exit/end (see preload.cc); other items are left to the fault engine.
+//   FAULTLINE_FAULTS, FAULTLINE_SEED  the preloaded agent's own fault points exit/start,
+//                          exit/end (preload.cc) and cuda/<API> (cuda_points.h); other items are
+//                          left to the fault engine.
 #pragma once
 
 #include <csignal>

@@ -6,6 +6,10 @@
                               outer_timeout_s=300)           # `faultline run NAME --json ...`
         verdict = judge(result, required_rate=None)          # clean: no run may fail
 
+    env = agent_env(binary, run_dir, faults="exit/end=kill")  # `faultline agent-env --json`
+    ...                                                      # processes started with env carry the agent
+    report = agent_report(binary, run_dir)                   # `faultline agent-report DIR --json`
+
 Everything the harness says is kept as it said it (`CampaignResult.summary` is its JSON object); the
 verdict only adds whether the expectation was met and the text of a failure message.
 """
@@ -24,13 +28,18 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
 __all__ = [
+    "AgentReport",
     "BugPoint",
     "CampaignResult",
     "HarnessError",
     "Scenario",
     "Verdict",
+    "agent_env",
+    "agent_report",
+    "crash_line",
     "find_faultline",
     "judge",
+    "late_cuda_line",
     "list_scenarios",
     "run_campaign",
 ]
@@ -318,3 +327,106 @@ def judge(result: CampaignResult, binary: Path, *, label: str, required_rate: Op
     lines.append(f"repro: {repro or '(no failed run to replay)'}")
     lines.append(f"results: {result.out_dir / 'results.jsonl'}")
     return Verdict(ok, outcome, "\n".join(lines), props)
+
+
+# --------------------------------------------------------------------------------------------
+# The agent in processes faultline does not start (agent-env / agent-report)
+# --------------------------------------------------------------------------------------------
+
+
+def _run_json(cmd: List[str], *, ok: Tuple[int, ...], environ: Optional[Mapping[str, str]], timeout_s: float) -> dict:
+    """Run `cmd` and return the JSON object it printed; HarnessError on any other result."""
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout_s, env=None if environ is None else dict(environ)
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise HarnessError(f"{shlex.join(cmd)}: {e}") from None
+    if proc.returncode not in ok:
+        said = proc.stderr.strip().splitlines()
+        raise HarnessError(f"{said[0] if said else 'no message'} ({shlex.join(cmd)} exited {proc.returncode})")
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError as e:
+        raise HarnessError(f"{shlex.join(cmd)}: unexpected output ({e}): {proc.stdout[:500]!r}") from None
+    if not isinstance(data, dict):
+        raise HarnessError(f"{shlex.join(cmd)}: expected a JSON object, got {proc.stdout[:500]!r}")
+    return data
+
+
+def agent_env(
+    binary: Path,
+    run_dir: Path,
+    *,
+    faults: str = "",
+    seed: Optional[str] = None,
+    late_cuda: bool = False,
+    environ: Optional[Mapping[str, str]] = None,
+    timeout_s: float = 60.0,
+) -> Dict[str, str]:
+    """The variables that put faultline's agent into every process started with them, writing into
+    `run_dir` (``faultline agent-env --json``, which creates the directory). `environ` is the
+    environment the variables are meant for (default: this process's): LD_PRELOAD keeps its value
+    behind the agent. Raises HarnessError with faultline's own message for a bad spec, a directory
+    already used, CUDA_INJECTION64_PATH already set with `late_cuda`, or a binary that fails."""
+    cmd = [str(binary), "agent-env", "--run-dir", str(run_dir), "--json"]
+    if faults:
+        cmd += ["--faults", faults]
+    if seed is not None:
+        cmd += ["--seed", str(seed)]
+    if late_cuda:
+        cmd.append("--late-cuda")
+    data = _run_json(cmd, ok=(0,), environ=environ, timeout_s=timeout_s)
+    return {str(k): str(v) for k, v in data.items()}
+
+
+@dataclass
+class AgentReport:
+    """``faultline agent-report DIR --json``: what the agent-carrying processes left in DIR."""
+
+    command: List[str]
+    crashes: List[dict]  # {"pid", "thread", "signal": {"name", "number"}, "phase", "signature"}
+    late_cuda: List[dict]  # {"api", "calls", "pids", "phase", "signature"}
+    points_reached: List[str]
+    points_never_reached: Optional[List[str]]  # None: the directory does not name its spec
+    processes: int  # how many processes carried the agent
+
+    @property
+    def found(self) -> bool:
+        return bool(self.crashes or self.late_cuda)
+
+
+def agent_report(
+    binary: Path, run_dir: Path, *, environ: Optional[Mapping[str, str]] = None, timeout_s: float = 120.0
+) -> AgentReport:
+    """Read an agent directory (``faultline agent-report DIR --json``). Raises HarnessError when it
+    cannot be read (no such directory) or faultline fails."""
+    cmd = [str(binary), "agent-report", str(run_dir), "--json"]
+    data = _run_json(cmd, ok=(0, 1), environ=environ, timeout_s=timeout_s)
+    try:
+        never = data.get("points_never_reached")
+        return AgentReport(
+            command=cmd,
+            crashes=list(data["crashes"]),
+            late_cuda=list(data["late_cuda"]),
+            points_reached=[str(p) for p in data["points_reached"]],
+            points_never_reached=None if never is None else [str(p) for p in never],
+            processes=int(data.get("processes", 0)),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise HarnessError(f"{shlex.join(cmd)}: unexpected output ({e!r}): {json.dumps(data)[:500]}") from None
+
+
+def crash_line(crash: dict) -> str:
+    """One crash as agent-report prints it: "crash: pid 12, SIGSEGV, phase run: SIGSEGV: f | main"."""
+    signal_name = (crash.get("signal") or {}).get("name", "?")
+    return f"crash: pid {crash.get('pid')}, {signal_name}, phase {crash.get('phase')}: {crash.get('signature')}"
+
+
+def late_cuda_line(call: dict) -> str:
+    """One API's late calls as agent-report prints them."""
+    pids = [str(p) for p in call.get("pids", [])]
+    return (
+        f"late CUDA call: {call.get('api')} x{call.get('calls')} (pid{'s' if len(pids) != 1 else ''} "
+        f"{', '.join(pids)}), phase {call.get('phase', 'exit')}: {call.get('signature')}"
+    )

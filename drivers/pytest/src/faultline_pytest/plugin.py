@@ -17,6 +17,23 @@ What it adds to a session:
   the fixtures' order: pytest tears fixtures down in reverse setup order, so a pool fixture that
   depends on a child tracker fixture is closed *before* the tracker's own teardown would run; the
   hook wrapper around ``pytest_runtest_teardown`` does not depend on that order.
+- Fault specs for the session's own tests (agent.py): ``--faultline-faults=SPEC`` applies to every
+  test (and still to the catalog's clean variants), ``@pytest.mark.faultline_faults("SPEC")`` gives
+  one test its own (it wins; ``""`` turns the option off for that test), ``--faultline-late-cuda`` /
+  ``late_cuda=True`` also check for CUDA calls after the runtime's teardown. For such a test the
+  autouse fixture ``_faultline_agent`` asks ``faultline agent-env`` for the agent's environment
+  (directory BASETEMP/faultline-agent/NODEID) and sets it in ``os.environ`` from before the test's
+  first function-scoped fixture until after its last finaliser, restoring exactly what was there:
+  every process that the test, its function-scoped fixtures and their finalisers start (subprocess,
+  multiprocessing ``spawn``, their children) carries the agent. A fixture rather than a hook
+  wrapper around setup: every wider-scoped fixture is set up before it, so a session fixture's
+  server, even one first set up for this test, never carries this test's agent and directory. Not
+  covered: the pytest process itself (already running: LD_PRELOAD acts at exec), ``fork`` children
+  and a forkserver started before the test. ``faultline agent-report`` runs after the call (its
+  findings fail a passed test, or add a section to a failed one) and after the teardown (later
+  findings fail the teardown); findings and the points reached become the test's properties, and
+  spec items no process reached give a ``FaultlineFaultsWarning``. Without a usable faultline the
+  test errors at setup: it never runs without the faults it asked for.
 """
 
 from __future__ import annotations
@@ -34,6 +51,7 @@ from typing import List, Optional, Tuple
 
 import pytest
 
+from .agent import AgentTest, FaultlineFaultsWarning, agent_dir_for, agent_request
 from .children import ChildProcess, ChildTracker
 from .harness import BACKENDS, BugPoint, HarnessError, Scenario, find_faultline, judge, list_scenarios, run_campaign
 from .timeouts import TimeoutScale, lookup_rule, parse_duration, parse_timeout_rules, path_matches, timeout_scale
@@ -77,6 +95,7 @@ class _ItemState:
 
 _SETTINGS = pytest.StashKey[_Settings]()
 _ITEM = pytest.StashKey[_ItemState]()
+_AGENT = pytest.StashKey[AgentTest]()
 
 
 # --------------------------------------------------------------------------------------------
@@ -106,8 +125,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--faultline-faults",
         metavar="SPEC",
-        help="fault spec for every clean variant; the test still expects no failed run, so it fails "
-        "with the rate and repro when the faults bite",
+        help="fault spec for every test of the session: its processes carry faultline's agent and its "
+        "crashes fail it (the faultline_faults marker overrides it); and for every clean scenario variant, "
+        "which still expects no failed run",
+    )
+    group.addoption(
+        "--faultline-late-cuda",
+        action="store_true",
+        help="every test's processes also carry the agent as their CUDA injection library: a CUDA call "
+        "after the runtime's teardown fails the test (needs CUPTI; changes exit races)",
     )
     group.addoption("--faultline-run-timeout", metavar="DUR", help="each run's timeout (default: the scenario's, scaled)")
     group.addoption(
@@ -149,6 +175,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "scaled for slow environments unless scale=False; 0 turns an ini timeout off",
     )
     config.addinivalue_line("markers", "faultline_scenario: a scenario of faultline's catalog (--faultline-scenarios)")
+    config.addinivalue_line(
+        "markers",
+        "faultline_faults(spec, late_cuda=False): the processes this test starts carry faultline's agent with "
+        "this fault spec (overrides --faultline-faults; \"\" turns it off); their crashes and, with late_cuda, "
+        "CUDA calls after the runtime's teardown fail the test",
+    )
     try:
         rules = parse_timeout_rules(config.getini("faultline_timeouts"))
         scale = timeout_scale()
@@ -457,6 +489,69 @@ def _faultline_test_scope(request: pytest.FixtureRequest):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _faultline_agent(request: pytest.FixtureRequest):
+    """The test's agent (agent.py): for a test with a fault spec or late CUDA checking, the agent's
+    variables are in os.environ from here (before the test's other function-scoped fixtures, after
+    every wider-scoped one) until this finaliser, which runs after theirs, restores them. Catalog
+    scenario tests take no fixtures: their spec goes to `faultline run`."""
+    item = request.node
+    config = item.config
+    try:
+        wanted = agent_request(item, config.getoption("faultline_faults"), config.getoption("faultline_late_cuda"))
+    except ValueError as e:
+        wanted, error = None, f"faultline: {item.nodeid}: {e}"
+    else:
+        error = None
+    state = None
+    if wanted is not None:
+        try:
+            binary, _ = find_faultline(config.getoption("faultline_bin"), config.rootpath)
+            state = AgentTest.start(wanted, binary, agent_dir_for(item), config.getoption("faultline_seed"))
+        except HarnessError as e:
+            error = (
+                f"faultline: {item.nodeid}: {wanted.source} (faults {wanted.faults!r}) cannot be applied, so the "
+                f"test does not run: {e}"
+            )
+    if error is not None:  # outside the except: no chained exception in the report
+        pytest.fail(error, pytrace=False)
+    if state is None:
+        yield
+        return
+    item.stash[_AGENT] = state
+    try:
+        yield
+    finally:
+        state.restore()
+
+
+def _agent_verdict(item: pytest.Item, state: AgentTest, report: pytest.TestReport, when: str) -> None:
+    """After the call and after the teardown: what the test's processes left that was not said yet
+    fails the phase's report (or adds a section to a failed one); at teardown, the properties and
+    the warning for spec items never reached."""
+    result = None
+    try:
+        result = state.report()
+        lines = state.new_findings(result)
+        message = state.message(item.nodeid, lines, when) if lines else None
+    except HarnessError as e:
+        message = f"faultline: {item.nodeid}: the agent's report cannot be read: {e}"
+    if message is not None:
+        if report.failed or hasattr(report, "wasxfail"):
+            report.sections.append(("faultline agent", message))
+        else:
+            report.outcome = "failed"
+            report.longrepr = message
+    if when == "teardown":
+        props = state.properties(result)
+        item.user_properties.extend(props)
+        report.user_properties.extend(props)  # junitxml reads the teardown report's
+        text = state.never_reached_text(item.nodeid, result) if result is not None else None
+        if text:
+            report.sections.append(("faultline faults", text))
+            warnings.warn(FaultlineFaultsWarning(text), stacklevel=1)
+
+
 @pytest.fixture
 def faultline_children(request: pytest.FixtureRequest):
     """The test's `ChildTracker`: every process the test creates is recorded, and those still
@@ -516,6 +611,9 @@ def pytest_runtest_makereport(item: pytest.Item, call):
                 report.longrepr = message
             elif call.excinfo is None or not isinstance(call.excinfo.value, OuterTimeoutError):
                 report.sections.append(("faultline outer timeout", message))
+    agent = item.stash.get(_AGENT, None)
+    if agent is not None and call.when in ("call", "teardown"):
+        _agent_verdict(item, agent, report, call.when)
     return report
 
 

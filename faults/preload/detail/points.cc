@@ -1,6 +1,9 @@
-#include "faults/preload/detail/exit_points.h"
+#include "faults/preload/detail/points.h"
 
+#include <cstdint>
 #include <cstring>
+
+#include "faults/cuda_errors.h"
 
 namespace faultline::agent::detail {
 namespace {
@@ -90,9 +93,23 @@ bool parse_duration(span s, std::uint64_t& ns) noexcept {
   return true;
 }
 
-bool parse_term(span s, exit_term& t) noexcept {
+// fail's code: a positive number or a CUDA driver error name (the points that take fail are
+// cuda/ points; errno names mean nothing to a driver call).
+bool parse_code(span s, int& code) noexcept {
   s = trim(s);
-  t = exit_term{};
+  if (!s.empty() && *s.b >= '0' && *s.b <= '9') {
+    std::uint64_t v = 0;
+    if (!parse_u64(s, v) || v == 0 || v > INT32_MAX) return false;
+    code = static_cast<int>(v);
+    return true;
+  }
+  code = faults::cuda_error_from_name(s.b, s.size());
+  return code != 0;
+}
+
+bool parse_term(span s, point_term& t) noexcept {
+  s = trim(s);
+  t = point_term{};
   if (const char* pct = find(s, "%"); pct != s.e) {
     if (!parse_percent({s.b, pct}, t.probability_ppb)) return false;
     s = trim({pct + 1, s.e});
@@ -111,14 +128,30 @@ bool parse_term(span s, exit_term& t) noexcept {
     has_args = true;
   }
   if (equals(name, "delay")) {
-    t.action = exit_action::delay;
+    t.action = point_action::delay;
     return has_args && parse_duration(args, t.delay_ns);
   }
+  if (equals(name, "fail")) {
+    t.action = point_action::fail;
+    return !has_args || parse_code(args, t.code);
+  }
+  if (equals(name, "teardown")) {
+    t.action = point_action::teardown;
+    if (!has_args) return false;
+    if (equals(trim(args), "device")) {
+      t.device = current_device;
+      return true;
+    }
+    std::uint64_t d = 0;
+    if (!parse_u64(args, d) || d > 1024) return false;
+    t.device = static_cast<int>(d);
+    return true;
+  }
   if (has_args && !trim(args).empty()) return false;
-  if (equals(name, "off")) t.action = exit_action::off;
-  else if (equals(name, "abort")) t.action = exit_action::abort;
-  else if (equals(name, "kill")) t.action = exit_action::kill;
-  else if (equals(name, "print")) t.action = exit_action::print;
+  if (equals(name, "off")) t.action = point_action::off;
+  else if (equals(name, "abort")) t.action = point_action::abort;
+  else if (equals(name, "kill")) t.action = point_action::kill;
+  else if (equals(name, "print")) t.action = point_action::print;
   else return false;
   return true;
 }
@@ -136,8 +169,8 @@ std::size_t match_rank(span pattern, const char* point) noexcept {
 
 }  // namespace
 
-void plan_exit_point(const char* spec, const char* point, exit_plan& plan) noexcept {
-  plan = exit_plan{};
+void plan_point(const char* spec, const char* point, point_plan& plan) noexcept {
+  plan = point_plan{};
   if (spec == nullptr) return;
   const span all{spec, spec + std::strlen(spec)};
   std::size_t best = 0;
@@ -162,7 +195,7 @@ void plan_exit_point(const char* spec, const char* point, exit_plan& plan) noexc
   std::size_t count = 0;
   for (const char* at = best_item.b; at <= best_item.e;) {
     const char* arrow = find({at, best_item.e}, "->");
-    if (count == max_exit_terms || !parse_term({at, arrow}, plan.terms[count])) return;
+    if (count == max_point_terms || !parse_term({at, arrow}, plan.terms[count])) return;
     ++count;
     at = arrow + 2;
   }
@@ -172,9 +205,9 @@ void plan_exit_point(const char* spec, const char* point, exit_plan& plan) noexc
   plan.enabled = count > 0;
 }
 
-exit_term evaluate_exit_plan(exit_plan& plan, std::uint64_t (*draw)()) noexcept {
+point_term evaluate_plan(point_plan& plan, std::uint64_t (*draw)()) noexcept {
   for (std::size_t i = 0; i < plan.term_count; ++i) {
-    exit_term& t = plan.terms[i];
+    point_term& t = plan.terms[i];
     if (t.limited && t.remaining == 0) continue;
     if (t.probability_ppb < 1'000'000'000) {
       // The top 53 bits as a fraction of one, against the chance in parts per billion, as the
@@ -185,7 +218,7 @@ exit_term evaluate_exit_plan(exit_plan& plan, std::uint64_t (*draw)()) noexcept 
     if (t.limited) --t.remaining;
     return t;
   }
-  return exit_term{};
+  return point_term{};
 }
 
 bool parse_seed_text(const char* text, std::uint64_t& out) noexcept {

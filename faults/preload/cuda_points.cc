@@ -1,0 +1,433 @@
+// cuda/<API> fault points (cuda_points.h). How a driver call is reached:
+//
+// The preload exports dlsym(). For a name starting "cu" that resolves into libcuda, it hands out
+// a stub instead of the function when an item names it, and its own cuGetProcAddress(_v2) for
+// those: every entry point the driver then hands out is checked the same way. A stub is 16 bytes
+// of code that loads its slot's number and jumps to one common trampoline, which saves the
+// argument registers, asks the gate what to do, and either returns the gate's error (fail) or
+// restores the registers and jumps to the real function, so that the call's stack arguments and
+// return address are the caller's own: any signature passes through unchanged.
+//
+// dlsym() itself is a trampoline too: glibc answers RTLD_NEXT relative to the caller, found from
+// the return address, so every lookup this file does not replace is finished by a jump to
+// glibc's dlsym with the caller's return address still on the stack.
+//
+// Unused (no cuda/ item in FAULTLINE_FAULTS), dlsym costs one call and a load, and no driver
+// function is replaced; a driver function no item names is never replaced.
+#include "faults/preload/cuda_points.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+#include "faults/preload/detail/points.h"
+#include "faults/preload/detail/text.h"
+#include "faults/preload/preload_points.h"
+
+namespace {
+
+namespace detail = faultline::agent::detail;
+
+constexpr unsigned max_items = 16;
+constexpr unsigned max_name = 96;
+constexpr unsigned max_spec = 4096;
+
+// One spec item that names cuda/ functions: its plan (counts are shared by every function it
+// covers, as one item's are in the fault engine) and whether this process reached it.
+struct item_state {
+  detail::point_plan plan;
+  std::atomic<bool> reached{false};
+};
+
+char spec_copy[max_spec + 1];
+bool have_items = false;
+bool have_runtime_items = false;
+item_state items[max_items];
+unsigned item_count = 0;
+
+// A tiny spin lock: plans are evaluated and slots handed out under it (never while sleeping or
+// calling the driver).
+std::atomic_flag busy = ATOMIC_FLAG_INIT;
+struct spin_guard {
+  spin_guard() noexcept {
+    while (busy.test_and_set(std::memory_order_acquire)) {
+    }
+  }
+  ~spin_guard() { busy.clear(std::memory_order_release); }
+};
+
+using dlsym_fn = void* (*)(void*, const char*);
+using get_proc_v1_fn = int (*)(const char*, void**, int, std::uint64_t);
+using get_proc_v2_fn = int (*)(const char*, void**, int, std::uint64_t, void*);
+using ctx_get_device_fn = int (*)(int*);
+using primary_reset_fn = int (*)(int);
+
+std::atomic<get_proc_v1_fn> real_get_proc_v1{nullptr};
+std::atomic<get_proc_v2_fn> real_get_proc_v2{nullptr};
+std::atomic<ctx_get_device_fn> ctx_get_device{nullptr};
+std::atomic<primary_reset_fn> primary_reset{nullptr};
+
+bool starts_with(const char* s, const char* prefix) noexcept {
+  return std::strncmp(s, prefix, std::strlen(prefix)) == 0;
+}
+
+// The item (index) whose pattern covers `cuda/<name>` best, adding its plan on first use; -1.
+int item_for(const char* name) noexcept {
+  if (!have_items || name == nullptr || std::strlen(name) > max_name) return -1;
+  detail::fixed_string<max_name + 8> point;
+  point.str("cuda/").str(name);
+  detail::point_plan plan;
+  detail::plan_point(spec_copy, point.c_str(), plan);
+  if (!plan.enabled) return -1;
+  spin_guard g;
+  for (unsigned i = 0; i < item_count; ++i) {
+    if (std::strcmp(items[i].plan.pattern, plan.pattern) == 0) return static_cast<int>(i);
+  }
+  if (item_count == max_items) return -1;
+  items[item_count].plan = plan;
+  return static_cast<int>(item_count++);
+}
+
+// The better of the items covering two names of one function (the exported name and the one
+// asked of cuGetProcAddress): an exact name, else the longer wildcard.
+int item_for(const char* exact, const char* asked) noexcept {
+  const int a = item_for(exact);
+  const int b = asked != nullptr && (exact == nullptr || std::strcmp(exact, asked) != 0) ? item_for(asked) : -1;
+  if (a < 0 || b < 0) return a < 0 ? b : a;
+  auto rank = [](int i) {
+    const char* p = items[i].plan.pattern;
+    const std::size_t n = std::strlen(p);
+    return n > 0 && p[n - 1] == '*' ? n : SIZE_MAX;
+  };
+  return rank(a) >= rank(b) ? a : b;
+}
+
+// teardown(device|N): the primary context of the caller's current device (or N) is reset, with
+// the driver's own functions, just before the call goes on.
+void tear_down(int device, const char* point) noexcept {
+  detail::fd_writer err(2);
+  const ctx_get_device_fn get = ctx_get_device.load(std::memory_order_acquire);
+  const primary_reset_fn reset = primary_reset.load(std::memory_order_acquire);
+  if (reset == nullptr) {
+    err.str("faultline-agent: ").str(point).str(": teardown: cuDevicePrimaryCtxReset_v2 not found\n");
+    return;
+  }
+  if (device == detail::current_device) {
+    device = 0;
+    if (get != nullptr && get(&device) != 0) device = 0;  // no current context: device 0
+  }
+  (void)reset(device);
+}
+
+struct slot {
+  int item = -1;
+  char name[max_name + 1] = {};  // the point's function name, as dladdr or the caller named it
+};
+
+}  // namespace
+
+// The stubs and their trampoline (x86-64 System V). A stub is 16 bytes; stub i is at
+// faultline_cuda_stubs + 16 * i. The trampoline keeps the six argument registers, %rax (the
+// vector-register count of a variadic call) and %xmm0-7 across the gate.
+extern "C" {
+constexpr unsigned faultline_cuda_slot_count = 512;
+void* faultline_cuda_real[faultline_cuda_slot_count];
+void* faultline_real_dlsym = nullptr;
+void faultline_cuda_stubs();
+std::int64_t faultline_cuda_gate(std::uint64_t index) noexcept;
+void* faultline_dlsym_hook(void* handle, const char* name) noexcept;
+}
+
+asm(R"(
+    .text
+    .p2align 4
+    .hidden faultline_cuda_stubs
+    .type faultline_cuda_stubs, @function
+faultline_cuda_stubs:
+    .set faultline_stub_index, 0
+    .rept 512
+    .p2align 4
+    movl $faultline_stub_index, %r11d
+    jmp faultline_cuda_trampoline
+    .set faultline_stub_index, faultline_stub_index + 1
+    .endr
+    .size faultline_cuda_stubs, . - faultline_cuda_stubs
+
+    .p2align 4
+    .type faultline_cuda_trampoline, @function
+faultline_cuda_trampoline:
+    pushq %rbp
+    movq %rsp, %rbp
+    subq $192, %rsp
+    movq %rdi, 0(%rsp)
+    movq %rsi, 8(%rsp)
+    movq %rdx, 16(%rsp)
+    movq %rcx, 24(%rsp)
+    movq %r8, 32(%rsp)
+    movq %r9, 40(%rsp)
+    movq %r11, 48(%rsp)
+    movq %rax, 56(%rsp)
+    movdqu %xmm0, 64(%rsp)
+    movdqu %xmm1, 80(%rsp)
+    movdqu %xmm2, 96(%rsp)
+    movdqu %xmm3, 112(%rsp)
+    movdqu %xmm4, 128(%rsp)
+    movdqu %xmm5, 144(%rsp)
+    movdqu %xmm6, 160(%rsp)
+    movdqu %xmm7, 176(%rsp)
+    movl %r11d, %edi
+    call faultline_cuda_gate
+    cmpq $-1, %rax
+    jne 1f
+    movq 0(%rsp), %rdi
+    movq 8(%rsp), %rsi
+    movq 16(%rsp), %rdx
+    movq 24(%rsp), %rcx
+    movq 32(%rsp), %r8
+    movq 40(%rsp), %r9
+    movq 48(%rsp), %r11
+    movq 56(%rsp), %rax
+    movdqu 64(%rsp), %xmm0
+    movdqu 80(%rsp), %xmm1
+    movdqu 96(%rsp), %xmm2
+    movdqu 112(%rsp), %xmm3
+    movdqu 128(%rsp), %xmm4
+    movdqu 144(%rsp), %xmm5
+    movdqu 160(%rsp), %xmm6
+    movdqu 176(%rsp), %xmm7
+    leaq faultline_cuda_real(%rip), %r10
+    movq (%r10,%r11,8), %r11
+    leave
+    jmp *%r11
+1:
+    leave
+    ret
+    .size faultline_cuda_trampoline, . - faultline_cuda_trampoline
+
+    .globl dlsym
+    .type dlsym, @function
+dlsym:
+    pushq %rdi
+    pushq %rsi
+    subq $8, %rsp
+    call faultline_dlsym_hook
+    addq $8, %rsp
+    popq %rsi
+    popq %rdi
+    testq %rax, %rax
+    jz 2f
+    ret
+2:
+    jmpq *faultline_real_dlsym(%rip)
+    .size dlsym, . - dlsym
+)");
+
+namespace {
+
+slot slots[faultline_cuda_slot_count];
+std::atomic<unsigned> slot_count{0};
+
+void* stub_address(unsigned i) noexcept {
+  return reinterpret_cast<char*>(&faultline_cuda_stubs) + 16 * static_cast<std::uintptr_t>(i);
+}
+
+dlsym_fn real_dlsym() noexcept {
+  auto f = reinterpret_cast<dlsym_fn>(__atomic_load_n(&faultline_real_dlsym, __ATOMIC_ACQUIRE));
+  if (f != nullptr) return f;
+  // dlvsym is not interposed: RTLD_NEXT from here is glibc's dlsym.
+  void* found = ::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+  if (found == nullptr) found = ::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+  __atomic_store_n(&faultline_real_dlsym, found, __ATOMIC_RELEASE);
+  return reinterpret_cast<dlsym_fn>(found);
+}
+
+// The name of the libcuda symbol at `fn` when it is one (nullptr otherwise): only the driver's
+// functions are ever replaced.
+const char* libcuda_name(void* fn) noexcept {
+  Dl_info info{};
+  if (::dladdr(fn, &info) == 0 || info.dli_fname == nullptr) return nullptr;
+  const char* base = std::strrchr(info.dli_fname, '/');
+  base = base != nullptr ? base + 1 : info.dli_fname;
+  if (!starts_with(base, "libcuda.so")) return nullptr;
+  return info.dli_saddr == fn && info.dli_sname != nullptr ? info.dli_sname : "";
+}
+
+// The stub standing for `real` (a driver function named `exact`, asked for as `asked`), or
+// `real` itself when no item covers it or the slots ran out.
+void* wrap(void* real, const char* exact, const char* asked) noexcept {
+  if (real == nullptr) return real;
+  const int item = item_for(exact != nullptr && *exact != '\0' ? exact : nullptr, asked);
+  if (item < 0) return real;
+  spin_guard g;
+  const unsigned n = slot_count.load(std::memory_order_relaxed);
+  for (unsigned i = 0; i < n; ++i) {
+    if (faultline_cuda_real[i] == real && slots[i].item == item) return stub_address(i);
+  }
+  if (n == faultline_cuda_slot_count) return real;
+  slot& s = slots[n];
+  s.item = item;
+  const char* name = exact != nullptr && *exact != '\0' ? exact : asked;
+  std::strncpy(s.name, name, max_name);
+  faultline_cuda_real[n] = real;
+  slot_count.store(n + 1, std::memory_order_release);
+  return stub_address(n);
+}
+
+void remember_driver(void* handle) noexcept {
+  if (primary_reset.load(std::memory_order_acquire) != nullptr) return;
+  dlsym_fn look = real_dlsym();
+  ctx_get_device.store(reinterpret_cast<ctx_get_device_fn>(look(handle, "cuCtxGetDevice")), std::memory_order_release);
+  primary_reset.store(reinterpret_cast<primary_reset_fn>(look(handle, "cuDevicePrimaryCtxReset_v2")),
+                      std::memory_order_release);
+}
+
+void* replace_get_proc(void* real, const char* exact);
+
+// The driver's cuGetProcAddress, seen through: each function it hands out is checked.
+void* checked(const char* symbol, void* fn) noexcept {
+  if (fn == nullptr || symbol == nullptr) return fn;
+  const char* exact = libcuda_name(fn);
+  if (exact == nullptr) return fn;
+  if (starts_with(symbol, "cuGetProcAddress")) return replace_get_proc(fn, exact);
+  return wrap(fn, exact, symbol);
+}
+
+int get_proc_v1(const char* symbol, void** pfn, int version, std::uint64_t flags) {
+  const int r = real_get_proc_v1.load(std::memory_order_acquire)(symbol, pfn, version, flags);
+  if (r == 0 && pfn != nullptr) *pfn = checked(symbol, *pfn);
+  return r;
+}
+
+int get_proc_v2(const char* symbol, void** pfn, int version, std::uint64_t flags, void* status) {
+  const int r = real_get_proc_v2.load(std::memory_order_acquire)(symbol, pfn, version, flags, status);
+  if (r == 0 && pfn != nullptr) *pfn = checked(symbol, *pfn);
+  return r;
+}
+
+void* replace_get_proc(void* real, const char* exact) {
+  if (std::strcmp(exact, "cuGetProcAddress_v2") == 0) {
+    real_get_proc_v2.store(reinterpret_cast<get_proc_v2_fn>(real), std::memory_order_release);
+    return reinterpret_cast<void*>(&get_proc_v2);
+  }
+  if (std::strcmp(exact, "cuGetProcAddress") == 0) {
+    real_get_proc_v1.store(reinterpret_cast<get_proc_v1_fn>(real), std::memory_order_release);
+    return reinterpret_cast<void*>(&get_proc_v1);
+  }
+  return real;  // a version this agent does not know: left alone
+}
+
+}  // namespace
+
+extern "C" void* faultline_dlsym_hook(void* handle, const char* name) noexcept {
+  dlsym_fn look = real_dlsym();
+  if (!have_items || look == nullptr || handle == RTLD_NEXT || name == nullptr || name[0] != 'c' || name[1] != 'u') {
+    return nullptr;
+  }
+  void* real = look(handle, name);
+  if (real == nullptr) return nullptr;
+  const char* exact = libcuda_name(real);
+  if (exact == nullptr) return nullptr;
+  remember_driver(handle);
+  void* replaced = starts_with(name, "cuGetProcAddress") ? replace_get_proc(real, exact) : wrap(real, exact, name);
+  return replaced != real ? replaced : nullptr;
+}
+
+extern "C" std::int64_t faultline_cuda_gate(std::uint64_t index) noexcept {
+  const slot& s = slots[index];
+  item_state& it = items[s.item];
+  if (!it.reached.load(std::memory_order_relaxed) && !it.reached.exchange(true, std::memory_order_relaxed)) {
+    faultline::agent::preload::record_reached(it.plan.pattern);
+  }
+  detail::point_term t;
+  {
+    spin_guard g;
+    t = detail::evaluate_plan(it.plan, &faultline::agent::preload::draw);
+  }
+  if (t.action == detail::point_action::off) return -1;
+  detail::fixed_string<max_name + 8> point;
+  point.str("cuda/").str(s.name);
+  switch (t.action) {
+    case detail::point_action::fail:
+      return t.code;
+    case detail::point_action::teardown:
+      tear_down(t.device, point.c_str());
+      return -1;
+    default:
+      faultline::agent::preload::act(t, point.c_str());
+      return -1;
+  }
+}
+
+namespace faultline::agent::cuda_points {
+
+bool install(const char* spec) noexcept {
+  if (spec == nullptr || std::strlen(spec) > max_spec) return false;
+  // Any item whose pattern could cover a cuda/ name: "cuda/...", or a wildcard "cu*", "*".
+  const char* at = spec;
+  bool any = false, runtime = false;
+  while (*at != '\0') {
+    while (*at == ' ' || *at == ';' || *at == '\t') ++at;
+    const char* end = std::strchr(at, ';');
+    if (end == nullptr) end = at + std::strlen(at);
+    const char* eq = static_cast<const char*>(std::memchr(at, '=', static_cast<std::size_t>(end - at)));
+    if (eq != nullptr) {
+      std::size_t n = static_cast<std::size_t>(eq - at);
+      while (n > 0 && (at[n - 1] == ' ' || at[n - 1] == '\t')) --n;
+      const bool wild = n > 0 && at[n - 1] == '*';
+      const std::size_t prefix = wild ? n - 1 : n;
+      constexpr char cuda[] = "cuda/";
+      constexpr char cudart[] = "cuda/cuda";
+      const std::size_t c = std::min(prefix, sizeof cuda - 1);
+      if (std::strncmp(at, cuda, c) == 0 && (wild || prefix >= sizeof cuda - 1)) {
+        any = true;
+        const std::size_t r = std::min(prefix, sizeof cudart - 1);
+        if (std::strncmp(at, cudart, r) == 0 && (wild || prefix >= sizeof cudart - 1)) runtime = true;
+      }
+    }
+    at = end;
+  }
+  if (!any) return false;
+  std::memcpy(spec_copy, spec, std::strlen(spec) + 1);
+  have_runtime_items = runtime;
+  have_items = true;
+  return true;
+}
+
+bool runtime_points() noexcept { return have_runtime_items; }
+
+int runtime_item(const char* cupti_name) noexcept {
+  if (!have_runtime_items || cupti_name == nullptr) return -1;
+  // CUPTI names a runtime function with its version: cudaFree_v3020. The point is cuda/cudaFree.
+  char base[max_name + 1];
+  const std::size_t n = std::strlen(cupti_name);
+  if (n > max_name) return -1;
+  std::memcpy(base, cupti_name, n + 1);
+  if (char* v = std::strrchr(base, '_'); v != nullptr && v[1] == 'v' && v[2] >= '0' && v[2] <= '9') *v = '\0';
+  return item_for(base, cupti_name);
+}
+
+void runtime_hit(int item, const char* cupti_name) noexcept {
+  if (item < 0 || static_cast<unsigned>(item) >= item_count) return;
+  item_state& it = items[item];
+  if (!it.reached.load(std::memory_order_relaxed) && !it.reached.exchange(true, std::memory_order_relaxed)) {
+    preload::record_reached(it.plan.pattern);
+  }
+  detail::point_term t;
+  {
+    spin_guard g;
+    t = detail::evaluate_plan(it.plan, &preload::draw);
+  }
+  if (t.action == detail::point_action::off) return;
+  detail::fixed_string<max_name + 8> point;
+  point.str("cuda/").str(cupti_name);
+  if (t.action == detail::point_action::teardown) {
+    tear_down(t.device, point.c_str());
+  } else {
+    preload::act(t, point.c_str());  // fail cannot be done here: the CLI refuses it
+  }
+}
+
+}  // namespace faultline::agent::cuda_points

@@ -1,0 +1,173 @@
+// The cuda/ fault points of the preloaded agent (cuda_points.h) against a stand-in driver
+// (testing/fake_libcuda.cc, built as libcuda.so.1): a program that loads it as the CUDA runtime
+// does (testing/cuda_points_child.cc) runs with libfaultline_agent.so preloaded.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+const std::string child_program = FAULTLINE_CUDA_POINTS_CHILD;
+const std::string fake_driver = FAULTLINE_FAKE_LIBCUDA;
+const std::string preload_library = FAULTLINE_AGENT_PRELOAD;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct finished {
+  int status = 0;
+  std::string out, err;
+  std::chrono::steady_clock::duration took{};
+};
+
+class cuda_points : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/fl-cuda-points-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs the child with the agent preloaded, FAULTLINE_FAULTS=spec and the given steps.
+  finished run(const std::string& spec, const std::vector<std::string>& steps) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string kv = *e;
+      if (kv.rfind("FAULTLINE_", 0) == 0 || kv.rfind("LD_PRELOAD=", 0) == 0) continue;
+      env.push_back(kv);
+    }
+    env.push_back("LD_PRELOAD=" + preload_library);
+    env.push_back("FAULTLINE_RUN_DIR=" + dir_.string());
+    env.push_back("FAULTLINE_AGENT_QUIET=1");
+    if (!spec.empty()) env.push_back("FAULTLINE_FAULTS=" + spec);
+    std::vector<std::string> args{child_program, fake_driver};
+    args.insert(args.end(), steps.begin(), steps.end());
+    auto c_strings = [](std::vector<std::string>& v) {
+      std::vector<char*> out;
+      for (auto& s : v) out.push_back(s.data());
+      out.push_back(nullptr);
+      return out;
+    };
+    auto argv = c_strings(args);
+    auto envp = c_strings(env);
+    const fs::path out = dir_ / "out.txt", err = dir_ / "err.txt";
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    finished f;
+    const auto begin = std::chrono::steady_clock::now();
+    pid_t pid = 0;
+    const int rc = ::posix_spawn(&pid, child_program.c_str(), &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    EXPECT_EQ(rc, 0);
+    if (rc != 0) return f;
+    ::waitpid(pid, &f.status, 0);
+    f.took = std::chrono::steady_clock::now() - begin;
+    f.out = slurp(out);
+    f.err = slurp(err);
+    pid_ = pid;
+    return f;
+  }
+
+  std::string reached() const { return slurp(dir_ / ("points." + std::to_string(pid_))); }
+
+  fs::path dir_;
+  pid_t pid_ = 0;
+};
+
+bool exited_0(const finished& f) { return WIFEXITED(f.status) && WEXITSTATUS(f.status) == 0; }
+
+TEST_F(cuda_points, without_a_cuda_item_every_call_reaches_the_driver) {
+  auto f = run("exit/end=off", {"free", "free-direct", "many", "report"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "free rc=0\nfree-direct rc=0\nmany rc=0\nfake: frees=2 last=0x5678 resets=0 reset_device=-1 many=359.0\n");
+}
+
+TEST_F(cuda_points, fail_answers_the_error_without_calling_the_driver) {
+  auto f = run("cuda/cuMemFree_v2=fail(CUDA_ERROR_INVALID_VALUE)", {"free", "free-direct", "alloc", "report"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "free rc=1\nfree-direct rc=1\nalloc rc=0 ptr=0x100040\n"
+                   "fake: frees=0 last=0x0 resets=0 reset_device=-1 many=0.0\n");
+  EXPECT_EQ(reached(), "cuda/cuMemFree_v2\n");  // once per process, whatever the number of hits
+}
+
+TEST_F(cuda_points, the_name_asked_of_cuGetProcAddress_counts_are_kept) {
+  auto f = run("cuda/cuMemFree=2*fail(700)", {"free", "free", "free", "report"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "free rc=700\nfree rc=700\nfree rc=0\nfake: frees=1 last=0x1234 resets=0 reset_device=-1 many=0.0\n");
+}
+
+TEST_F(cuda_points, a_stub_passes_stack_and_vector_arguments_through) {
+  auto f = run("cuda/cuMany*=print", {"many", "report"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "many rc=0\nfake: frees=0 last=0x0 resets=0 reset_device=-1 many=359.0\n");
+  EXPECT_NE(f.err.find("fault point cuda/cuManyArgs_v2 reached (injected: print)"), std::string::npos) << f.err;
+  EXPECT_EQ(reached(), "cuda/cuMany*\n");
+}
+
+TEST_F(cuda_points, teardown_resets_the_current_device_and_the_call_goes_on) {
+  auto f = run("cuda/cuMemFree_v2=teardown(device)", {"device=3", "free", "report"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "free rc=0\nfake: frees=1 last=0x1234 resets=1 reset_device=3 many=0.0\n");
+  auto g = run("cuda/cuMemFree_v2=teardown(1)", {"device=3", "free", "report"});
+  EXPECT_EQ(g.out, "free rc=0\nfake: frees=1 last=0x1234 resets=1 reset_device=1 many=0.0\n");
+}
+
+TEST_F(cuda_points, delay_and_kill_act_before_the_call) {
+  auto slow = run("cuda/cuMemAlloc_v2=delay(300ms)", {"alloc"});
+  ASSERT_TRUE(exited_0(slow)) << slow.err;
+  EXPECT_GE(slow.took, 300ms);
+  auto killed = run("cuda/cuMemFree_v2=kill", {"alloc", "free", "report"});
+  ASSERT_TRUE(WIFSIGNALED(killed.status)) << killed.err;
+  EXPECT_EQ(WTERMSIG(killed.status), SIGKILL);
+  EXPECT_EQ(killed.out, "alloc rc=0 ptr=0x100040\n");
+  EXPECT_EQ(reached(), "cuda/cuMemFree_v2\n");
+}
+
+TEST_F(cuda_points, an_item_naming_no_call_made_is_never_reached) {
+  auto f = run("cuda/cuNoSuchCall=fail;cuda/cuMemFree_v2=off", {"free", "report"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "free rc=0\nfake: frees=1 last=0x1234 resets=0 reset_device=-1 many=0.0\n");
+  EXPECT_EQ(reached(), "cuda/cuMemFree_v2\n");
+}
+
+// Through `faultline exec`: the CLI takes the spec, the preloaded agent acts, the run is
+// classified, and the item no run reached is named.
+TEST_F(cuda_points, faultline_exec_runs_them_and_names_items_never_reached) {
+  const std::string out = (dir_ / "campaign").string();
+  const std::string cmd = std::string(FAULTLINE_CLI) + " exec --json --repeat 2 --out " + out +
+                          " --faults 'cuda/cuMemFree_v2=kill;cuda/cuNever=fail' -- " + child_program + " " +
+                          fake_driver + " alloc free > " + (dir_ / "summary.json").string() + " 2>/dev/null";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);  // the runs failed
+  const std::string summary = slurp(dir_ / "summary.json");
+  EXPECT_NE(summary.find("SIGKILL"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"crash\":2"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"points_never_reached\":[\"cuda/cuNever\"]"), std::string::npos) << summary;
+}
+
+}  // namespace

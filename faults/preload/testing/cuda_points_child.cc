@@ -1,0 +1,73 @@
+// cuda_points_child LIBCUDA STEP...: loads LIBCUDA (the fake driver, testing/fake_libcuda.cc) as
+// the CUDA runtime does — dlopen, dlsym("cuGetProcAddress_v2"), then entry points through it —
+// and runs each STEP, printing one line per step; agent_test's cuda/ point tests read them.
+//   free         cuMemFree (through cuGetProcAddress) of 0x1234: "free rc=N"
+//   free-direct  cuMemFree_v2 through dlsym: "free-direct rc=N"
+//   alloc        cuMemAlloc of 64 bytes: "alloc rc=N ptr=0x..."
+//   many         cuManyArgs with eight integers and three doubles: "many rc=N"
+//   device=N     makes N the current device (for teardown(device))
+//   report       the fake's counters: "fake: frees=... resets=... many=..."
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+using get_proc_fn = int (*)(const char*, void**, int, std::uint64_t, void*);
+
+void* must(void* p, const char* what) {
+  if (p == nullptr) {
+    std::fprintf(stderr, "cuda_points_child: %s not found: %s\n", what, dlerror());
+    std::exit(2);
+  }
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: cuda_points_child LIBCUDA STEP...\n");
+    return 2;
+  }
+  void* cuda = must(dlopen(argv[1], RTLD_NOW | RTLD_LOCAL), "the driver");
+  auto get_proc = reinterpret_cast<get_proc_fn>(must(dlsym(cuda, "cuGetProcAddress_v2"), "cuGetProcAddress_v2"));
+  auto proc = [&](const char* name) {
+    void* fn = nullptr;
+    int status = 0;
+    if (get_proc(name, &fn, 13000, 0, &status) != 0) must(nullptr, name);
+    return fn;
+  };
+  for (int i = 2; i < argc; ++i) {
+    const char* step = argv[i];
+    if (std::strcmp(step, "free") == 0) {
+      auto f = reinterpret_cast<int (*)(unsigned long long)>(proc("cuMemFree"));
+      std::printf("free rc=%d\n", f(0x1234));
+    } else if (std::strcmp(step, "free-direct") == 0) {
+      auto f = reinterpret_cast<int (*)(unsigned long long)>(must(dlsym(cuda, "cuMemFree_v2"), "cuMemFree_v2"));
+      std::printf("free-direct rc=%d\n", f(0x5678));
+    } else if (std::strcmp(step, "alloc") == 0) {
+      auto f = reinterpret_cast<int (*)(unsigned long long*, std::size_t)>(proc("cuMemAlloc"));
+      unsigned long long p = 0;
+      const int rc = f(&p, 64);
+      std::printf("alloc rc=%d ptr=0x%llx\n", rc, p);
+    } else if (std::strcmp(step, "many") == 0) {
+      auto f = reinterpret_cast<int (*)(long, long, long, long, long, long, long, long, double, double, double)>(
+          proc("cuManyArgs"));
+      std::printf("many rc=%d\n", f(1, 2, 3, 4, 5, 6, 7, 8, 0.5, 0.25, 0.125));
+    } else if (std::strncmp(step, "device=", 7) == 0) {
+      auto f = reinterpret_cast<int (*)(int)>(must(dlsym(cuda, "cuCtxSetCurrentDevice_fake"), "device setter"));
+      f(std::atoi(step + 7));
+    } else if (std::strcmp(step, "report") == 0) {
+      reinterpret_cast<void (*)()>(must(dlsym(cuda, "fake_cuda_report"), "fake_cuda_report"))();
+    } else {
+      std::fprintf(stderr, "cuda_points_child: unknown step '%s'\n", step);
+      return 2;
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
