@@ -10,7 +10,8 @@
 //
 // dlsym() itself is a trampoline too: glibc answers RTLD_NEXT relative to the caller, found from
 // the return address, so every lookup this file does not replace is finished by a jump to
-// glibc's dlsym with the caller's return address still on the stack.
+// glibc's dlsym with the caller's return address still on the stack (and answers NULL, never
+// jumps to nowhere, in the unheard-of case that glibc's dlsym cannot be found).
 //
 // Unused (no cuda/ item in FAULTLINE_FAULTS), dlsym costs one call and a load, and no driver
 // function is replaced; a driver function no item names is never replaced.
@@ -221,7 +222,12 @@ dlsym:
     jz 2f
     ret
 2:
-    jmpq *faultline_real_dlsym(%rip)
+    movq faultline_real_dlsym(%rip), %r11
+    testq %r11, %r11
+    jz 3f
+    jmpq *%r11
+3:
+    ret
     .size dlsym, . - dlsym
 )");
 
