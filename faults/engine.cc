@@ -258,6 +258,8 @@ status apply(spec next, std::uint64_t seed) {
   engine& e = the_engine();
   std::vector<std::unique_ptr<item_state>> states;
   states.reserve(next.items.size());
+  // An item with an @filter names one of the preloaded agent's points, never the engine's.
+  std::erase_if(next.items, [](const item& it) { return !it.filter.empty(); });
   for (const item& it : next.items) states.push_back(make_state(it));
 
   // libfiu looks exact names up first and then tries wildcards in the order they were enabled,

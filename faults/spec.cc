@@ -129,10 +129,21 @@ class parser {
         return fail_here("a wildcard '*' must end the point name");
       }
     }
+    if (peek() == '@') {
+      ++pos_;
+      std::string_view filter = take_while(
+          [](char c) { return detail::is_point_name_char(c) && c != '/'; });
+      if (filter.empty()) return fail_here("expected a program name after '@'");
+      it.filter = std::string(filter);
+      if (peek() == '*') {
+        ++pos_;
+        it.filter += '*';
+      }
+    }
     if (auto s = check_point(it, name_col, so_far); !s) return s;
 
     skip_space();
-    if (peek() != '=') return fail_here("expected '=' after point name '" + it.point + "'");
+    if (peek() != '=') return fail_here("expected '=' after point name '" + it.written() + "'");
     ++pos_;
     for (;;) {
       skip_space();
@@ -158,8 +169,8 @@ class parser {
       return error_at(col, "unknown bug point '" + it.point + "' (the known ones are listed in faults/bug_points.h)");
     }
     for (std::size_t i = 0; i < so_far.items.size(); ++i) {
-      if (so_far.items[i].point == it.point) {
-        return error_at(col, "point '" + it.point + "' is named twice (first at column " +
+      if (so_far.items[i].written() == it.written()) {
+        return error_at(col, "point '" + it.written() + "' is named twice (first at column " +
                                  std::to_string(columns_[i] + 1) + ")");
       }
     }
@@ -424,7 +435,7 @@ std::string format(const term& t) {
 }
 
 std::string format(const item& i) {
-  std::string out = i.point + "=";
+  std::string out = i.written() + "=";
   for (std::size_t k = 0; k < i.terms.size(); ++k) {
     if (k > 0) out += "->";
     out += format(i.terms[k]);

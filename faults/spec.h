@@ -14,7 +14,9 @@
 //
 // Tokens:
 // - point: [A-Za-z0-9_./-]+ with an optional trailing '*' wildcard ("sim/*" covers every name
-//   starting with "sim/"). A name starting with "bug/" must be in bug_point_catalog
+//   starting with "sim/"), then an optional `@FILTER` ([A-Za-z0-9_.+-]+ with an optional
+//   trailing '*'): the program the point acts in (process/start@python3; the preloaded agent's
+//   points only, see faults/preload/spawn_points.h). A name starting with "bug/" must be in bug_point_catalog
 //   (faults/bug_points.h), and no wildcard may cover bug points. A point may be named once.
 // - P: a decimal percentage 0..100 with at most 7 decimal places (5%, 0.5%).
 // - N: a positive integer: the term fires at most N times.
@@ -90,7 +92,14 @@ struct term {
 struct item {
   /// The point name as written, including a trailing '*' for a wildcard (libfiu's pattern).
   std::string point;
+  /// `@FILTER` after the name, without the '@': which program (or lock taker) the point acts in;
+  /// only the preloaded agent's process/, spawn/ points take one. Empty: every one.
+  std::string filter;
   std::vector<term> terms;
+
+  /// The item's name as written in the spec: point, then "@filter" when there is one. The
+  /// agent records reached items under it (points.PID).
+  [[nodiscard]] std::string written() const { return filter.empty() ? point : point + "@" + filter; }
 
   [[nodiscard]] bool is_wildcard() const noexcept { return !point.empty() && point.back() == '*'; }
   /// The name without the wildcard '*'.

@@ -97,6 +97,19 @@ TEST(spec, reads_cuda_error_names_and_the_current_device) {
   EXPECT_NE(bad.error().message().find("'device'"), std::string::npos) << bad.error().message();
 }
 
+TEST(spec, reads_a_program_filter_after_the_point) {
+  auto s = parse("process/start@python3*=delay(1s);spawn/parent@true=fail(EAGAIN);spawn/parent=print");
+  ASSERT_TRUE(s) << s.error().message();
+  EXPECT_EQ(s->items[0].point, "process/start");
+  EXPECT_EQ(s->items[0].filter, "python3*");
+  EXPECT_EQ(s->items[0].written(), "process/start@python3*");
+  EXPECT_EQ(s->items[2].filter, "");
+  EXPECT_EQ(format(*s), "process/start@python3*=delay(1s);spawn/parent@true=fail(EAGAIN);spawn/parent=print");
+  auto twice = parse("spawn/parent@true=print;spawn/parent@true=kill");
+  ASSERT_FALSE(twice);
+  EXPECT_NE(twice.error().message().find("named twice"), std::string::npos);
+}
+
 TEST(spec, reads_percentages_to_parts_per_billion) {
   auto ppb = [](std::string_view text) {
     spec s = parse_ok("p=" + std::string(text) + "fail");

@@ -91,7 +91,10 @@ are asked for an XML report. Default per-run timeout: 10m.
 The agent's own fault points, for any program: exit/start and exit/end (off, delay, abort, kill,
 print) and cuda/<API> before a CUDA driver call (cuda/cuMemFree_v2, cuda/cuMem*: also
 fail(CUDA_ERROR_...) -- the call is not made -- and teardown(device)) or runtime call
-(cuda/cudaEventSynchronize: through CUPTI, no fail). See the README's "CUDA fault points".)";
+(cuda/cudaEventSynchronize: through CUPTI, no fail); process/start before main in every new
+process, spawn/parent before fork/vfork/clone/exec/posix_spawn (also fail(ERRNO)), both with an
+optional @program filter (process/start@python3*). See the README's "CUDA fault points" and
+"Process points".)";
 
 constexpr const char* verify_about = R"(Check that every scenario's clean variant never fails and that each of its bug points is
 detected (any outcome but pass) at least at the scenario's required rate. Prints a table; exit
@@ -230,7 +233,8 @@ bool names_cuda_runtime(const faults::spec& spec) {
 
 // The preloaded agent's own points act where the fault engine does not reach: exit/start and
 // exit/end at process exit (off, delay, abort, kill, print), cuda/<API> before a CUDA call
-// (those and fail, teardown; faults/preload/cuda_points.h). What they cannot do is refused up
+// (those and fail, teardown; faults/preload/cuda_points.h), process/start in each new process
+// (the first five) and spawn/parent before a spawn (and fail; faults/preload/spawn_points.h). What they cannot do is refused up
 // front rather than silently ignored.
 void check_agent_points(const faults::spec& spec) {
   using faults::action_kind;
@@ -239,6 +243,10 @@ void check_agent_points(const faults::spec& spec) {
                                                   std::string_view("exit/end").starts_with(item.prefix()))
                                                : (item.point == "exit/start" || item.point == "exit/end");
     const bool cuda_point = covers_prefix(item, "cuda/");
+    const bool start_point = covers_prefix(item, "process/start");
+    const bool spawn_point = covers_prefix(item, "spawn/parent");
+    if (!item.filter.empty() && !start_point && !spawn_point)
+      throw usage_error{"--faults: " + item.written() + ": an @program filter is for process/start and spawn/parent"};
     // fail is refused where the item names runtime calls only; a wider one (cuda/*) fails the
     // driver calls it covers.
     const bool runtime_point = std::string_view(item.is_wildcard() ? item.prefix() : item.point).starts_with("cuda/cuda");
@@ -248,6 +256,12 @@ void check_agent_points(const faults::spec& spec) {
                          k == action_kind::kill || k == action_kind::print;
       if (exit_point && !basic)
         throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill or print, not " +
+                          std::string(faults::to_string(k))};
+      if (start_point && !basic)
+        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill or print, not " +
+                          std::string(faults::to_string(k))};
+      if (spawn_point && !basic && k != action_kind::fail)
+        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill, print or fail(ERRNO), not " +
                           std::string(faults::to_string(k))};
       if (cuda_point && k == action_kind::pause)
         throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill, print, fail or teardown, not pause"};

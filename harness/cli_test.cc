@@ -72,6 +72,10 @@ TEST(cli, refuses_what_the_agents_points_cannot_do) {
   expect_usage_error({"exec", "--faults", "cuda/cuMemFree_v2=pause(x)", "--", "true"}, "not pause");
   expect_usage_error({"exec", "--faults", "sim/alloc=teardown(device)", "--", "true"}, "teardown(device) is for cuda/ points");
   expect_usage_error({"exec", "--faults", "cuda/cuMemFree_v2=fail(CUDA_ERROR_NOPE)", "--", "true"}, "CUDA driver error name");
+  expect_usage_error({"exec", "--faults", "process/start@python3=fail(EAGAIN)", "--", "true"}, "process/start@python3 takes off");
+  expect_usage_error({"exec", "--faults", "spawn/parent=teardown(0)", "--", "true"}, "or fail(ERRNO), not teardown");
+  expect_usage_error({"exec", "--faults", "sim/alloc@python3=print", "--", "true"}, "an @program filter is for");
+  expect_usage_error({"exec", "--faults", "spawn/parent@=print", "--", "true"}, "expected a program name after '@'");
 }
 
 TEST(cli, rejects_an_unknown_stack_method) {

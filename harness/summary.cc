@@ -19,7 +19,7 @@ std::vector<std::string> points_not_reached(const std::string& faults, const std
   auto spec = faults::parse(faults);
   if (!spec) return out;
   for (const auto& item : spec->items)
-    if (!reached.count(item.point)) out.push_back(item.point);
+    if (!reached.count(item.written())) out.push_back(item.written());
   return out;
 }
 

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "faults/preload/detail/plan_table.h"
 #include "faults/preload/detail/points.h"
 #include "faults/preload/detail/text.h"
 #include "faults/preload/preload_points.h"
@@ -36,21 +37,12 @@ constexpr unsigned max_items = 16;
 constexpr unsigned max_name = 96;
 constexpr unsigned max_spec = 4096;
 
-// One spec item that names cuda/ functions: its plan (counts are shared by every function it
-// covers, as one item's are in the fault engine) and whether this process reached it.
-struct item_state {
-  detail::point_plan plan;
-  std::atomic<bool> reached{false};
-};
-
 char spec_copy[max_spec + 1];
 bool have_items = false;
 bool have_runtime_items = false;
-item_state items[max_items];
-unsigned item_count = 0;
+detail::plan_table<max_items> items;
 
-// A tiny spin lock: plans are evaluated and slots handed out under it (never while sleeping or
-// calling the driver).
+// Slots are handed out under this spin lock (never held while acting or calling the driver).
 std::atomic_flag busy = ATOMIC_FLAG_INIT;
 struct spin_guard {
   spin_guard() noexcept {
@@ -75,21 +67,12 @@ bool starts_with(const char* s, const char* prefix) noexcept {
   return std::strncmp(s, prefix, std::strlen(prefix)) == 0;
 }
 
-// The item (index) whose pattern covers `cuda/<name>` best, adding its plan on first use; -1.
+// The item (index) whose pattern covers `cuda/<name>` best; -1.
 int item_for(const char* name) noexcept {
   if (!have_items || name == nullptr || std::strlen(name) > max_name) return -1;
   detail::fixed_string<max_name + 8> point;
   point.str("cuda/").str(name);
-  detail::point_plan plan;
-  detail::plan_point(spec_copy, point.c_str(), plan);
-  if (!plan.enabled) return -1;
-  spin_guard g;
-  for (unsigned i = 0; i < item_count; ++i) {
-    if (std::strcmp(items[i].plan.pattern, plan.pattern) == 0) return static_cast<int>(i);
-  }
-  if (item_count == max_items) return -1;
-  items[item_count].plan = plan;
-  return static_cast<int>(item_count++);
+  return items.find(spec_copy, point.c_str());
 }
 
 // The better of the items covering two names of one function (the exported name and the one
@@ -99,7 +82,7 @@ int item_for(const char* exact, const char* asked) noexcept {
   const int b = asked != nullptr && (exact == nullptr || std::strcmp(exact, asked) != 0) ? item_for(asked) : -1;
   if (a < 0 || b < 0) return a < 0 ? b : a;
   auto rank = [](int i) {
-    const char* p = items[i].plan.pattern;
+    const char* p = items.pattern(i);
     const std::size_t n = std::strlen(p);
     return n > 0 && p[n - 1] == '*' ? n : SIZE_MAX;
   };
@@ -343,15 +326,8 @@ extern "C" void* faultline_dlsym_hook(void* handle, const char* name) noexcept {
 
 extern "C" std::int64_t faultline_cuda_gate(std::uint64_t index) noexcept {
   const slot& s = slots[index];
-  item_state& it = items[s.item];
-  if (!it.reached.load(std::memory_order_relaxed) && !it.reached.exchange(true, std::memory_order_relaxed)) {
-    faultline::agent::preload::record_reached(it.plan.pattern);
-  }
-  detail::point_term t;
-  {
-    spin_guard g;
-    t = detail::evaluate_plan(it.plan, &faultline::agent::preload::draw);
-  }
+  const detail::point_term t =
+      items.hit(s.item, &faultline::agent::preload::draw, &faultline::agent::preload::record_reached);
   if (t.action == detail::point_action::off) return -1;
   detail::fixed_string<max_name + 8> point;
   point.str("cuda/").str(s.name);
@@ -416,16 +392,8 @@ int runtime_item(const char* cupti_name) noexcept {
 }
 
 void runtime_hit(int item, const char* cupti_name) noexcept {
-  if (item < 0 || static_cast<unsigned>(item) >= item_count) return;
-  item_state& it = items[item];
-  if (!it.reached.load(std::memory_order_relaxed) && !it.reached.exchange(true, std::memory_order_relaxed)) {
-    preload::record_reached(it.plan.pattern);
-  }
-  detail::point_term t;
-  {
-    spin_guard g;
-    t = detail::evaluate_plan(it.plan, &preload::draw);
-  }
+  if (item < 0) return;
+  const detail::point_term t = items.hit(item, &preload::draw, &preload::record_reached);
   if (t.action == detail::point_action::off) return;
   detail::fixed_string<max_name + 8> point;
   point.str("cuda/").str(cupti_name);

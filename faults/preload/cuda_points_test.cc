@@ -1,24 +1,20 @@
 // The cuda/ fault points of the preloaded agent (cuda_points.h) against a stand-in driver
 // (testing/fake_libcuda.cc, built as libcuda.so.1): a program that loads it as the CUDA runtime
 // does (testing/cuda_points_child.cc) runs with libfaultline_agent.so preloaded.
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-extern char** environ;
+#include "faults/preload/testing/preload_run.h"
 
+namespace faultline::agent {
 namespace {
 
 namespace fs = std::filesystem;
@@ -28,77 +24,27 @@ const std::string child_program = FAULTLINE_CUDA_POINTS_CHILD;
 const std::string fake_driver = FAULTLINE_FAKE_LIBCUDA;
 const std::string preload_library = FAULTLINE_AGENT_PRELOAD;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-struct finished {
-  int status = 0;
-  std::string out, err;
-  std::chrono::steady_clock::duration took{};
-};
+using testing::finished;
+using testing::slurp;
 
 class cuda_points : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/fl-cuda-points-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  // Runs the child with the agent preloaded, FAULTLINE_FAULTS=spec and the given steps.
   finished run(const std::string& spec, const std::vector<std::string>& steps) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string kv = *e;
-      if (kv.rfind("FAULTLINE_", 0) == 0 || kv.rfind("LD_PRELOAD=", 0) == 0) continue;
-      env.push_back(kv);
-    }
-    env.push_back("LD_PRELOAD=" + preload_library);
-    env.push_back("FAULTLINE_RUN_DIR=" + dir_.string());
-    env.push_back("FAULTLINE_AGENT_QUIET=1");
-    if (!spec.empty()) env.push_back("FAULTLINE_FAULTS=" + spec);
     std::vector<std::string> args{child_program, fake_driver};
     args.insert(args.end(), steps.begin(), steps.end());
-    auto c_strings = [](std::vector<std::string>& v) {
-      std::vector<char*> out;
-      for (auto& s : v) out.push_back(s.data());
-      out.push_back(nullptr);
-      return out;
-    };
-    auto argv = c_strings(args);
-    auto envp = c_strings(env);
-    const fs::path out = dir_ / "out.txt", err = dir_ / "err.txt";
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    finished f;
-    const auto begin = std::chrono::steady_clock::now();
-    pid_t pid = 0;
-    const int rc = ::posix_spawn(&pid, child_program.c_str(), &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    EXPECT_EQ(rc, 0);
-    if (rc != 0) return f;
-    ::waitpid(pid, &f.status, 0);
-    f.took = std::chrono::steady_clock::now() - begin;
-    f.out = slurp(out);
-    f.err = slurp(err);
-    pid_ = pid;
+    finished f = runner_.run(spec, args);
+    pid_ = f.pid;
     return f;
   }
 
-  std::string reached() const { return slurp(dir_ / ("points." + std::to_string(pid_))); }
+  std::string reached() const { return runner_.reached(pid_); }
 
-  fs::path dir_;
+  testing::preload_runner runner_{preload_library};
+  const fs::path& dir_ = runner_.dir();
   pid_t pid_ = 0;
 };
 
-bool exited_0(const finished& f) { return WIFEXITED(f.status) && WEXITSTATUS(f.status) == 0; }
+using testing::exited_0;
 
 TEST_F(cuda_points, without_a_cuda_item_every_call_reaches_the_driver) {
   auto f = run("exit/end=off", {"free", "free-direct", "many", "report"});
@@ -171,3 +117,4 @@ TEST_F(cuda_points, faultline_exec_runs_them_and_names_items_never_reached) {
 }
 
 }  // namespace
+}  // namespace faultline::agent

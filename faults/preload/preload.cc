@@ -40,6 +40,7 @@
 #include "faults/preload/cuda_points.h"
 #include "faults/preload/late_cuda.h"
 #include "faults/preload/preload_points.h"
+#include "faults/preload/spawn_points.h"
 #include "faults/preload/protocol.h"
 
 extern "C" int __cxa_atexit(void (*fn)(void*), void* arg, void* dso_handle);
@@ -113,12 +114,17 @@ exit_fn next_exit() {
   detail::plan_point(spec, "exit/end", exit_end_plan);
 #if FAULTLINE_CUDA_POINTS
   const bool cuda = faultline::agent::cuda_points::install(spec);
+  const bool spawn = std::strstr(spec, "spawn/") != nullptr || std::strstr(spec, "process/") != nullptr;
 #else
-  const bool cuda = false;
+  const bool cuda = false, spawn = false;
 #endif
-  if (exit_start_plan.enabled || exit_end_plan.enabled || cuda) open_points_file();
+  if (exit_start_plan.enabled || exit_end_plan.enabled || cuda || spawn) open_points_file();
   std::uint64_t seed = 0;
   if (detail::parse_seed_text(std::getenv("FAULTLINE_SEED"), seed)) point_rng.reseed(seed);
+#if FAULTLINE_CUDA_POINTS
+  // Last: it hits process/start for this process, with the points file open and the seed set.
+  if (spawn) (void)faultline::agent::spawn_points::install(spec);
+#endif
 }
 
 int wrapped_main(int argc, char** argv, char** envp) {

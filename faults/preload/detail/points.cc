@@ -93,8 +93,8 @@ bool parse_duration(span s, std::uint64_t& ns) noexcept {
   return true;
 }
 
-// fail's code: a positive number or a CUDA driver error name (the points that take fail are
-// cuda/ points; errno names mean nothing to a driver call).
+// fail's code: a positive number, a CUDA driver error name (cuda/ points) or an errno name
+// (spawn/parent).
 bool parse_code(span s, int& code) noexcept {
   s = trim(s);
   if (!s.empty() && *s.b >= '0' && *s.b <= '9') {
@@ -104,7 +104,15 @@ bool parse_code(span s, int& code) noexcept {
     return true;
   }
   code = faults::cuda_error_from_name(s.b, s.size());
-  return code != 0;
+  if (code != 0) return true;
+  for (int e = 1; e < 4096; ++e) {  // an errno name (spawn/parent's fail)
+    const char* name = ::strerrorname_np(e);
+    if (name != nullptr && equals(s, name)) {
+      code = e;
+      return true;
+    }
+  }
+  return false;
 }
 
 bool parse_term(span s, point_term& t) noexcept {
@@ -156,20 +164,35 @@ bool parse_term(span s, point_term& t) noexcept {
   return true;
 }
 
-// How well `pattern` covers `point`: 0 = not at all, else higher is more specific.
-std::size_t match_rank(span pattern, const char* point) noexcept {
-  const std::size_t n = std::strlen(point);
-  if (pattern.size() == n && std::memcmp(pattern.b, point, n) == 0) return SIZE_MAX;
+// Whether `pattern` (a name, or a prefix and '*') covers `name`: 0 = no, else higher is more
+// specific (an exact name beats every prefix, a longer prefix a shorter one).
+std::size_t name_rank(span pattern, const char* name) noexcept {
+  const std::size_t n = std::strlen(name);
+  if (pattern.size() == n && std::memcmp(pattern.b, name, n) == 0) return SIZE_MAX / 4;
   if (!pattern.empty() && pattern.e[-1] == '*') {
     const std::size_t prefix = pattern.size() - 1;
-    if (prefix <= n && std::memcmp(pattern.b, point, prefix) == 0) return prefix + 1;
+    if (prefix <= n && std::memcmp(pattern.b, name, prefix) == 0) return prefix + 1;
+  }
+  return 0;
+}
+
+// How well the item pattern `pattern` ("point" or "point@filter") covers `point` in a process
+// whose names are `programs`: 0 = not at all, else higher is more specific; an item with a
+// filter that matches beats the same one without.
+std::size_t match_rank(span pattern, const char* point, const char* const* programs) noexcept {
+  const char* at = find(pattern, "@");
+  const std::size_t rank = name_rank({pattern.b, at}, point);
+  if (rank == 0 || at == pattern.e) return rank * 2;
+  const span filter{at + 1, pattern.e};
+  for (const char* const* p = programs; p != nullptr && *p != nullptr; ++p) {
+    if (name_rank(filter, *p) != 0) return rank * 2 + 1;
   }
   return 0;
 }
 
 }  // namespace
 
-void plan_point(const char* spec, const char* point, point_plan& plan) noexcept {
+void plan_point(const char* spec, const char* point, point_plan& plan, const char* const* programs) noexcept {
   plan = point_plan{};
   if (spec == nullptr) return;
   const span all{spec, spec + std::strlen(spec)};
@@ -184,7 +207,7 @@ void plan_point(const char* spec, const char* point, point_plan& plan) noexcept 
     const char* eq = find(item, "=");
     if (eq == item.e) continue;
     const span pattern = trim({item.b, eq});
-    const std::size_t rank = match_rank(pattern, point);
+    const std::size_t rank = match_rank(pattern, point, programs);
     if (rank > best) {
       best = rank;
       best_item = {eq + 1, item.e};

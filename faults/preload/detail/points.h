@@ -40,10 +40,13 @@ struct point_plan {
 };
 
 /// Finds the item of `spec` that applies to `point` ("exit/end"): an exact name wins over a
-/// wildcard, a longer wildcard over a shorter one (as the fault engine orders them). Leaves
-/// `plan.enabled` false when no item applies or the one that applies cannot be understood.
+/// wildcard, a longer wildcard over a shorter one (as the fault engine orders them). An item
+/// with an `@FILTER` ("process/start@python3") applies only where FILTER (a name, or a prefix
+/// and '*') names one of `programs` (a null-terminated list; none when null), and then wins over
+/// the same point without one. Leaves `plan.enabled` false when no item applies or the one that
+/// applies cannot be understood. `plan.pattern` is the item's name as written, filter included.
 /// Pure; does not allocate.
-void plan_point(const char* spec, const char* point, point_plan& plan) noexcept;
+void plan_point(const char* spec, const char* point, point_plan& plan, const char* const* programs = nullptr) noexcept;
 
 /// Evaluates the chain once (fail(9) semantics: a used-up term or a failed draw is skipped; the
 /// first term that passes fires and, when limited, uses one count). `draw` is a uniform 64-bit

@@ -2,6 +2,8 @@
 // exit/end or a cuda/ name, how terms parse (the grammar subset of faults/spec.h), and fail(9) evaluation.
 #include "faults/preload/detail/points.h"
 
+#include <cerrno>
+
 #include <gtest/gtest.h>
 
 namespace faultline::agent::detail {
@@ -36,11 +38,32 @@ TEST(agent_points, reads_fail_codes_and_teardown_devices_of_cuda_points) {
   EXPECT_EQ(plan.terms[3].action, point_action::teardown);
   EXPECT_EQ(plan.terms[3].device, current_device);
   EXPECT_EQ(plan.terms[4].device, 2);
-  for (const char* bad : {"cuda/x=fail(ENOMEM)", "cuda/x=fail(0)", "cuda/x=teardown", "cuda/x=teardown(gpu)"}) {
+  for (const char* bad : {"cuda/x=fail(CUDA_ERROR_NOPE)", "cuda/x=fail(0)", "cuda/x=teardown", "cuda/x=teardown(gpu)"}) {
     point_plan p;
     plan_point(bad, "cuda/x", p);
     EXPECT_FALSE(p.enabled) << bad;
   }
+}
+
+TEST(agent_points, reads_errno_names_and_filters_by_program) {
+  const char* python[] = {"python3.12", "python3", nullptr};
+  const char* bash[] = {"bash", nullptr};
+  const char* spec = "spawn/parent=fail(EAGAIN);spawn/parent@python3*=delay(1ms)";
+  point_plan any, filtered;
+  plan_point(spec, "spawn/parent", any, bash);
+  ASSERT_TRUE(any.enabled);
+  EXPECT_STREQ(any.pattern, "spawn/parent");
+  EXPECT_EQ(any.terms[0].code, EAGAIN);
+  plan_point(spec, "spawn/parent", filtered, python);  // the matching filter wins
+  ASSERT_TRUE(filtered.enabled);
+  EXPECT_STREQ(filtered.pattern, "spawn/parent@python3*");
+  point_plan none;
+  plan_point("process/start@python3=kill", "process/start", none, bash);
+  EXPECT_FALSE(none.enabled);
+  plan_point("process/start@python3=kill", "process/start", none, nullptr);
+  EXPECT_FALSE(none.enabled);
+  plan_point("process/start@python3=kill", "process/start", none, python);
+  EXPECT_TRUE(none.enabled);
 }
 
 TEST(agent_points, exact_name_beats_wildcard_and_longer_wildcard_beats_shorter) {
@@ -69,7 +92,7 @@ TEST(agent_points, reads_probability_count_and_chains) {
 }
 
 TEST(agent_points, an_item_it_cannot_read_is_not_enabled) {
-  for (const char* spec : {"exit/end=fail(ENOMEM)", "exit/end=pause(r)", "exit/end=delay(5)",
+  for (const char* spec : {"exit/end=fail(ENOPE)", "exit/end=pause(r)", "exit/end=delay(5)",
                            "exit/end=delay(5ms", "exit/end=101%print", "exit/end=0*print",
                            "exit/end=", "exit/end=abort(1)", "exit/end=1.12345678%print"}) {
     point_plan plan;
