@@ -15,8 +15,9 @@
 // Tokens:
 // - point: [A-Za-z0-9_./-]+ with an optional trailing '*' wildcard ("sim/*" covers every name
 //   starting with "sim/"), then an optional `@FILTER` ([A-Za-z0-9_.+-]+ with an optional
-//   trailing '*'): the program the point acts in (process/start@python3; the preloaded agent's
-//   points only, see faults/preload/spawn_points.h). A name starting with "bug/" must be in bug_point_catalog
+//   trailing '*'): the program the point acts in (process/start@python3) or the function that
+//   takes the lock (lock/sem/acquired@lock_shrreg); the preloaded agent's points only, see
+//   faults/preload/spawn_points.h and lock_points.h. A name starting with "bug/" must be in bug_point_catalog
 //   (faults/bug_points.h), and no wildcard may cover bug points. A point may be named once.
 // - P: a decimal percentage 0..100 with at most 7 decimal places (5%, 0.5%).
 // - N: a positive integer: the term fires at most N times.
@@ -93,7 +94,7 @@ struct item {
   /// The point name as written, including a trailing '*' for a wildcard (libfiu's pattern).
   std::string point;
   /// `@FILTER` after the name, without the '@': which program (or lock taker) the point acts in;
-  /// only the preloaded agent's process/, spawn/ points take one. Empty: every one.
+  /// only the preloaded agent's process/, spawn/ and lock/ points take one. Empty: every one.
   std::string filter;
   std::vector<term> terms;
 

@@ -87,9 +87,17 @@ fs::path agent_library() {
 }
 
 core::result<std::vector<env_var>> preload_environment(const fs::path& agent, const std::vector<std::string>& base,
-                                                       bool late_cuda, bool cuda_runtime_points) {
+                                                       bool late_cuda, bool cuda_runtime_points, bool lock_points) {
   std::vector<env_var> out;
   std::string preload = agent.string();
+  if (lock_points) {
+    const fs::path locks = agent.parent_path() / "libfaultline_lock_points.so";
+    std::error_code ec;
+    if (!fs::exists(locks, ec))
+      return core::status(core::errc::invalid_argument,
+                          "--faults names lock/ points, but " + locks.string() + " is missing (it is built beside the agent)");
+    preload += ":" + locks.string();
+  }
   if (auto prev = get_env(base, "LD_PRELOAD"); prev && !prev->empty()) preload += ":" + *prev;
   out.emplace_back("LD_PRELOAD", preload);
   // The agent is also the CUDA injection library: it sees late CUDA calls (late-cuda.PID), and
@@ -111,7 +119,7 @@ core::result<std::vector<env_var>> prepare_agent_dir(const agent_env_request& r)
     return core::status(core::errc::invalid_argument,
                         "the agent library " + (r.agent.empty() ? std::string("libfaultline_agent.so") : r.agent.string()) +
                             " is missing (it is built beside faultline, in BUILD/lib)");
-  auto preload = preload_environment(r.agent, r.base, r.late_cuda, r.cuda_runtime_points);
+  auto preload = preload_environment(r.agent, r.base, r.late_cuda, r.cuda_runtime_points, r.lock_points);
   if (!preload) return preload.error();
   if (r.run_dir.empty()) return core::status(core::errc::invalid_argument, "--run-dir: empty path");
   const fs::path dir = fs::absolute(r.run_dir, ec);
@@ -277,6 +285,7 @@ int agent_env_command(const agent_env_options& o, const spec_check& check, std::
   r.run_dir = o.run_dir;
   r.faults = o.faults;
   r.cuda_runtime_points = facts->cuda_runtime_points;
+  r.lock_points = facts->lock_points;
   r.late_cuda = o.late_cuda;
   if (!o.seed.empty()) {
     auto [p, ec] = std::from_chars(o.seed.data(), o.seed.data() + o.seed.size(), r.seed);

@@ -64,18 +64,22 @@ std::filesystem::path agent_library();
 /// sets them: LD_PRELOAD=AGENT, or AGENT:PREVIOUS when `base` has a non-empty LD_PRELOAD; with
 /// `late_cuda` (the agent sees CUDA calls made after the runtime's teardown) or
 /// `cuda_runtime_points` (the spec names cuda/cuda... points, which act through CUPTI) also
-/// CUDA_INJECTION64_PATH=AGENT, and FAULTLINE_LATE_CUDA=0 when only the points need it.
+/// CUDA_INJECTION64_PATH=AGENT, and FAULTLINE_LATE_CUDA=0 when only the points need it; with
+/// `lock_points` (the spec names lock/ points) libfaultline_lock_points.so, beside the agent,
+/// preloaded after it (faults/preload/lock_points.h; not preloaded otherwise: it wraps every
+/// mutex call).
 /// Errors: invalid_argument when CUDA_INJECTION64_PATH is needed and `base` sets it already
 /// (another tool's injection library).
 core::result<std::vector<env_var>> preload_environment(const std::filesystem::path& agent,
                                                        const std::vector<std::string>& base, bool late_cuda,
-                                                       bool cuda_runtime_points = false);
+                                                       bool cuda_runtime_points = false, bool lock_points = false);
 
 /// What an agent directory is prepared for.
 struct agent_env_request {
   std::filesystem::path run_dir;
   std::string faults;               ///< FAULTLINE_FAULTS; checked by the caller
   bool cuda_runtime_points = false; ///< `faults` names cuda/cuda... points (spec_facts)
+  bool lock_points = false;         ///< `faults` names lock/ points (spec_facts)
   std::uint64_t seed = 0;           ///< FAULTLINE_SEED
   bool late_cuda = false;
   std::filesystem::path agent;      ///< the preload library (agent_library())
@@ -147,6 +151,7 @@ struct agent_report_options {
 /// What checking a fault spec tells of it.
 struct spec_facts {
   bool cuda_runtime_points = false;  ///< it names cuda/cuda... points: the agent must be the CUDA injection library
+  bool lock_points = false;          ///< it names lock/ points: libfaultline_lock_points.so is preloaded too
 };
 
 /// Checks a fault spec as `exec --faults` does (cli.cc); an error's message is printed after

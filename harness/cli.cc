@@ -93,8 +93,9 @@ print) and cuda/<API> before a CUDA driver call (cuda/cuMemFree_v2, cuda/cuMem*:
 fail(CUDA_ERROR_...) -- the call is not made -- and teardown(device)) or runtime call
 (cuda/cudaEventSynchronize: through CUPTI, no fail); process/start before main in every new
 process, spawn/parent before fork/vfork/clone/exec/posix_spawn (also fail(ERRNO)), both with an
-optional @program filter (process/start@python3*). See the README's "CUDA fault points" and
-"Process points".)";
+optional @program filter (process/start@python3*); lock/sem|mutex|file/wait|acquired|release on
+process-shared locks, with an optional @function filter (lock/sem/acquired@lock_shrreg=kill). See
+the README's "CUDA fault points", "Process points" and "Lock points".)";
 
 constexpr const char* verify_about = R"(Check that every scenario's clean variant never fails and that each of its bug points is
 detected (any outcome but pass) at least at the scenario's required rate. Prints a table; exit
@@ -231,6 +232,11 @@ bool names_cuda_runtime(const faults::spec& spec) {
   return std::any_of(spec.items.begin(), spec.items.end(), [](const faults::item& i) { return covers_prefix(i, "cuda/cuda"); });
 }
 
+// Whether the spec names lock/ points: libfaultline_lock_points.so is preloaded for them.
+bool names_lock_points(const faults::spec& spec) {
+  return std::any_of(spec.items.begin(), spec.items.end(), [](const faults::item& i) { return covers_prefix(i, "lock/"); });
+}
+
 // The preloaded agent's own points act where the fault engine does not reach: exit/start and
 // exit/end at process exit (off, delay, abort, kill, print), cuda/<API> before a CUDA call
 // (those and fail, teardown; faults/preload/cuda_points.h), process/start in each new process
@@ -245,8 +251,11 @@ void check_agent_points(const faults::spec& spec) {
     const bool cuda_point = covers_prefix(item, "cuda/");
     const bool start_point = covers_prefix(item, "process/start");
     const bool spawn_point = covers_prefix(item, "spawn/parent");
-    if (!item.filter.empty() && !start_point && !spawn_point)
-      throw usage_error{"--faults: " + item.written() + ": an @program filter is for process/start and spawn/parent"};
+    const bool lock_point = covers_prefix(item, "lock/");
+    const bool lock_wait = lock_point && std::string_view(item.point).ends_with("/wait");
+    if (!item.filter.empty() && !start_point && !spawn_point && !lock_point)
+      throw usage_error{"--faults: " + item.written() +
+                        ": an @filter is for process/start and spawn/parent (a program) and lock/ (a function)"};
     // fail is refused where the item names runtime calls only; a wider one (cuda/*) fails the
     // driver calls it covers.
     const bool runtime_point = std::string_view(item.is_wildcard() ? item.prefix() : item.point).starts_with("cuda/cuda");
@@ -263,6 +272,9 @@ void check_agent_points(const faults::spec& spec) {
       if (spawn_point && !basic && k != action_kind::fail)
         throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill, print or fail(ERRNO), not " +
                           std::string(faults::to_string(k))};
+      if (lock_point && !basic && !(lock_wait && k == action_kind::fail))
+        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill or print" +
+                          (lock_wait ? ", or fail(ERRNO)" : "") + ", not " + std::string(faults::to_string(k))};
       if (cuda_point && k == action_kind::pause)
         throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill, print, fail or teardown, not pause"};
       if (runtime_point && k == action_kind::fail)
@@ -607,7 +619,8 @@ int cmd_exec(const raw_args& a, std::vector<std::string> cmd, cli_context& ctx) 
       // LD_PRELOAD, and with --late-cuda or cuda/cuda... points the agent as the CUDA injection
       // library. --late-cuda is off by default: its callbacks, enabled as exit begins, change exit
       // races (an RMM 26.04 client with a detached worker crashed in 25/30 runs with them, 35/90 bare).
-      auto preload = preload_environment(agent, s.env, a.late_cuda, names_cuda_runtime(*faults::parse(s.faults)));
+      const auto spec = *faults::parse(s.faults);
+      auto preload = preload_environment(agent, s.env, a.late_cuda, names_cuda_runtime(spec), names_lock_points(spec));
       if (!preload) throw usage_error{preload.error().message()};
       for (const auto& [name, value] : *preload) v.env.push_back(name + "=" + value);
     }
@@ -908,7 +921,7 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
     } catch (const usage_error& e) {
       return core::status(core::errc::invalid_argument, e.message);
     }
-    return spec_facts{names_cuda_runtime(*parsed)};
+    return spec_facts{names_cuda_runtime(*parsed), names_lock_points(*parsed)};
   };
 
   // CLI11 reports a misspelt subcommand as a missing one; name it instead.

@@ -74,8 +74,10 @@ TEST(cli, refuses_what_the_agents_points_cannot_do) {
   expect_usage_error({"exec", "--faults", "cuda/cuMemFree_v2=fail(CUDA_ERROR_NOPE)", "--", "true"}, "CUDA driver error name");
   expect_usage_error({"exec", "--faults", "process/start@python3=fail(EAGAIN)", "--", "true"}, "process/start@python3 takes off");
   expect_usage_error({"exec", "--faults", "spawn/parent=teardown(0)", "--", "true"}, "or fail(ERRNO), not teardown");
-  expect_usage_error({"exec", "--faults", "sim/alloc@python3=print", "--", "true"}, "an @program filter is for");
+  expect_usage_error({"exec", "--faults", "sim/alloc@python3=print", "--", "true"}, "an @filter is for");
   expect_usage_error({"exec", "--faults", "spawn/parent@=print", "--", "true"}, "expected a program name after '@'");
+  expect_usage_error({"exec", "--faults", "lock/sem/acquired=fail(EAGAIN)", "--", "true"}, "lock/sem/acquired takes off, delay, abort, kill or print, not fail");
+  expect_usage_error({"exec", "--faults", "lock/mutex/wait@f=pause(r)", "--", "true"}, "or fail(ERRNO), not pause");
 }
 
 TEST(cli, rejects_an_unknown_stack_method) {

@@ -58,28 +58,6 @@ namespace detail = faultline::agent::detail;
 
 detail::point_plan exit_start_plan;
 detail::point_plan exit_end_plan;
-faultline::faults::generator point_rng;
-
-// points.PID, opened at start when an agent point is enabled: reaching the point is then a single
-// write(2). An exit race kills the process microseconds after the point is reached; an open()
-// there as well would lose the record of many runs that did reach it.
-int points_fd = -1;
-
-void open_points_file() {
-  const char* dir = faultline::agent::run_dir();
-  if (dir == nullptr) return;
-  detail::fixed_string<PATH_MAX> path;
-  path.str(dir).str("/").str(faultline::agent::points_file_prefix).dec(static_cast<std::uint64_t>(faultline::core::host_pid()));
-  if (path.overflowed()) return;
-  points_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-}
-
-void sleep_ns(std::uint64_t ns) {
-  timespec left{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  while (::nanosleep(&left, &left) != 0 && errno == EINTR) {
-  }
-}
-
 // One hit of an exit point: at most once per process each (exit runs once).
 void hit_exit_point(detail::point_plan& plan, const char* name) {
   if (!plan.enabled) return;
@@ -118,9 +96,10 @@ exit_fn next_exit() {
 #else
   const bool cuda = false, spawn = false;
 #endif
-  if (exit_start_plan.enabled || exit_end_plan.enabled || cuda || spawn) open_points_file();
-  std::uint64_t seed = 0;
-  if (detail::parse_seed_text(std::getenv("FAULTLINE_SEED"), seed)) point_rng.reseed(seed);
+  if (exit_start_plan.enabled || exit_end_plan.enabled || cuda || spawn) {
+    faultline::agent::preload::open_points_file(faultline::agent::run_dir());
+  }
+  faultline::agent::preload::seed_points(std::getenv("FAULTLINE_SEED"));
 #if FAULTLINE_CUDA_POINTS
   // Last: it hits process/start for this process, with the points file open and the seed set.
   if (spawn) (void)faultline::agent::spawn_points::install(spec);
@@ -139,41 +118,6 @@ int wrapped_main(int argc, char** argv, char** envp) {
 }
 
 }  // namespace
-
-namespace faultline::agent::preload {
-
-void record_reached(const char* pattern) noexcept {
-  if (points_fd < 0) return;
-  detail::fixed_string<256> line;
-  line.str(pattern).str("\n");
-  if (!line.overflowed()) (void)!::write(points_fd, line.c_str(), std::strlen(line.c_str()));
-}
-
-std::uint64_t draw() noexcept { return point_rng.next(); }
-
-void act(const detail::point_term& t, const char* name) noexcept {
-  switch (t.action) {
-    case detail::point_action::off:
-    case detail::point_action::fail:      // the caller's: only a call can answer an error
-    case detail::point_action::teardown:  // the caller's (cuda_points.cc)
-      break;
-    case detail::point_action::delay:
-      sleep_ns(t.delay_ns);
-      break;
-    case detail::point_action::print: {
-      detail::fd_writer err(STDERR_FILENO);
-      err.str("faultline: fault point ").str(name).str(" reached (injected: print)\n");
-      break;
-    }
-    case detail::point_action::abort:
-      std::abort();
-    case detail::point_action::kill:
-      ::kill(::getpid(), SIGKILL);
-      break;
-  }
-}
-
-}  // namespace faultline::agent::preload
 
 extern "C" [[gnu::visibility("default")]] int __libc_start_main(
     main_fn main, int argc, char** argv, void (*init)(), void (*fini)(), void (*rtld_fini)(),

@@ -1,6 +1,6 @@
-// What the preload's fault points share (preload.cc defines it): the record of items reached,
-// the generator their probabilities draw from, and the actions every agent point takes alike.
-// Private to libfaultline_agent.so.
+// What the preloaded libraries' fault points share (preload_points.cc, linked into each): the
+// record of items reached, the generator their probabilities draw from, and the actions every
+// agent point takes alike. Private to libfaultline_agent.so and libfaultline_lock_points.so.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,15 @@
 #include "faults/preload/detail/points.h"
 
 namespace faultline::agent::preload {
+
+/// Opens points.PID in `run_dir` (null: does nothing), once an enabled point may be reached:
+/// reaching the point is then a single write(2). An exit race kills the process microseconds
+/// after the point is reached; an open() there as well would lose the record of many runs that
+/// did reach it.
+void open_points_file(const char* run_dir) noexcept;
+
+/// Seeds the generator from FAULTLINE_SEED's text (decimal or 0x hex; ignored when malformed).
+void seed_points(const char* seed_text) noexcept;
 
 /// Appends the item's pattern to points.PID (protocol.h): the harness reports items that no run
 /// reached. One write(2); does nothing where no run directory or no enabled point opened it.

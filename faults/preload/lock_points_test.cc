@@ -1,0 +1,113 @@
+// The lock/ points (lock_points.h) in a program that knows nothing of faultline
+// (testing/lock_points_child.cc), with libfaultline_agent.so and libfaultline_lock_points.so
+// preloaded.
+#include <sys/wait.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "faults/preload/testing/preload_run.h"
+
+namespace faultline::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::exited_0;
+
+const std::string child_program = FAULTLINE_LOCK_POINTS_CHILD;
+const std::string preload = std::string(FAULTLINE_AGENT_PRELOAD) + ":" + FAULTLINE_LOCK_POINTS_PRELOAD;
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+std::vector<std::string> every_kind(const testing::preload_runner& r) {
+  const std::string file = (r.dir() / "lockfile").string();
+  return {child_program, "sem-shared", "sem-private", "mutex-shared", "mutex-private", "flock", file, "fcntl", file};
+}
+
+TEST(lock_points, without_an_item_every_lock_works) {
+  testing::preload_runner r(preload);
+  auto f = r.run("exit/end=off", every_kind(r));
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out,
+            "sem-shared wait=0 release=0\nsem-private wait=0 release=0\nmutex-shared lock=0 unlock=0\n"
+            "mutex-private lock=0 unlock=0\nflock lock=0 unlock=0\nfcntl lock=0 unlock=0\n");
+}
+
+TEST(lock_points, shared_objects_pass_every_point_and_private_ones_none) {
+  testing::preload_runner r(preload);
+  auto f = r.run("lock/*=print", every_kind(r));
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  for (const char* kind : {"sem", "mutex", "file"}) {
+    for (const char* where : {"wait", "acquired", "release"}) {
+      const std::string point = std::string("lock/") + kind + "/" + where;
+      // sem and mutex: the shared object only; file: flock and fcntl.
+      EXPECT_EQ(count(f.err, "fault point " + point + " reached"), std::string(kind) == "file" ? 2u : 1u)
+          << point << "\n" << f.err;
+    }
+  }
+  EXPECT_EQ(r.reached(f.pid), "lock/*\n");
+}
+
+TEST(lock_points, fail_refuses_a_wait_with_its_errno) {
+  testing::preload_runner r(preload);
+  const std::string file = (r.dir() / "lockfile").string();
+  auto f = r.run("lock/sem/wait=fail(EAGAIN);lock/file/wait=fail(ENOLCK)",
+                 {child_program, "sem-shared", "sem-private", "flock", file, "fcntl", file});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out,
+            "sem-shared wait=EAGAIN release=0\nsem-private wait=0 release=0\nflock lock=ENOLCK unlock=0\n"
+            "fcntl lock=ENOLCK unlock=0\n");
+}
+
+// Killed just after it took a robust mutex, in the function the filter names: the mutex is held
+// by a dead process, and the parent's lock (outside that function: not killed) says so.
+TEST(lock_points, kill_at_acquired_leaves_the_lock_to_a_dead_holder) {
+  testing::preload_runner r(preload);
+  auto f = r.run("lock/mutex/acquired@held_by_child=kill", {child_program, "robust-child"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "robust-child child=137 parent=EOWNERDEAD\n");
+  auto g = r.run("", {child_program, "robust-child"});  // without it: the child exits holding it
+  EXPECT_EQ(g.out, "robust-child child=0 parent=EOWNERDEAD\n");
+}
+
+TEST(lock_points, delay_at_release_holds_the_lock_longer) {
+  testing::preload_runner r(preload);
+  auto f = r.run("lock/sem/release=delay(300ms)", {child_program, "sem-private", "sem-shared"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_GE(f.took, 300ms);
+  auto g = r.run("lock/sem/release=delay(300ms)", {child_program, "sem-private"});
+  EXPECT_LT(g.took, 300ms);  // a private semaphore is not a point
+}
+
+// `faultline exec` preloads the lock library for a spec naming lock/ points: the child dies
+// holding the mutex, the run passes (the program handles EOWNERDEAD), and the point no process
+// reached is named.
+TEST(lock_points, faultline_exec_preloads_them_for_a_lock_spec) {
+  testing::preload_runner r(preload);
+  const std::string out = (r.dir() / "campaign").string();
+  const std::string summary = (r.dir() / "summary.json").string();
+  const std::string cmd = std::string(FAULTLINE_CLI) + " exec --json --out " + out +
+                          " --faults 'lock/mutex/acquired@held_by_child=kill;lock/sem/wait=print' -- " + child_program +
+                          " robust-child > " + summary + " 2>/dev/null";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const std::string json = testing::slurp(summary);
+  EXPECT_NE(json.find("\"points_never_reached\":[\"lock/sem/wait\"]"), std::string::npos) << json;
+  std::string log;
+  for (const auto& e : std::filesystem::directory_iterator(out + "/logs")) log += testing::slurp(e.path());
+  EXPECT_NE(log.find("robust-child child=137 parent=EOWNERDEAD"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace faultline::agent
