@@ -86,8 +86,21 @@ fs::path agent_library() {
   return fs::weakly_canonical(dir / ".." / "lib" / "libfaultline_agent.so", ec);
 }
 
+fs::path fiu_posix_preload() {
+  std::error_code ec;
+  if (const char* named = std::getenv("FAULTLINE_FIU_POSIX_PRELOAD"); named != nullptr && *named != '\0') {
+    return fs::is_regular_file(named, ec) ? fs::path(named) : fs::path();
+  }
+  for (const char* dir : {"/usr/lib/fiu", "/usr/local/lib/fiu", "/usr/lib/x86_64-linux-gnu/fiu"}) {
+    const fs::path p = fs::path(dir) / "fiu_posix_preload.so";
+    if (fs::is_regular_file(p, ec)) return p;
+  }
+  return {};
+}
+
 core::result<std::vector<env_var>> preload_environment(const fs::path& agent, const std::vector<std::string>& base,
-                                                       bool late_cuda, bool cuda_runtime_points, bool lock_points) {
+                                                       bool late_cuda, bool cuda_runtime_points, bool lock_points,
+                                                       bool posix_points) {
   std::vector<env_var> out;
   std::string preload = agent.string();
   if (lock_points) {
@@ -97,6 +110,15 @@ core::result<std::vector<env_var>> preload_environment(const fs::path& agent, co
       return core::status(core::errc::invalid_argument,
                           "--faults names lock/ points, but " + locks.string() + " is missing (it is built beside the agent)");
     preload += ":" + locks.string();
+  }
+  if (posix_points) {
+    const fs::path fiu = fiu_posix_preload();
+    if (fiu.empty())
+      return core::status(core::errc::invalid_argument,
+                          "--faults names posix/ or libc/ points, which need libfiu's fiu_posix_preload.so (Debian: "
+                          "fiu-utils), found in none of /usr/lib/fiu, /usr/local/lib/fiu, /usr/lib/x86_64-linux-gnu/fiu; "
+                          "FAULTLINE_FIU_POSIX_PRELOAD names it elsewhere");
+    preload += ":" + fiu.string();
   }
   if (auto prev = get_env(base, "LD_PRELOAD"); prev && !prev->empty()) preload += ":" + *prev;
   out.emplace_back("LD_PRELOAD", preload);
@@ -119,7 +141,7 @@ core::result<std::vector<env_var>> prepare_agent_dir(const agent_env_request& r)
     return core::status(core::errc::invalid_argument,
                         "the agent library " + (r.agent.empty() ? std::string("libfaultline_agent.so") : r.agent.string()) +
                             " is missing (it is built beside faultline, in BUILD/lib)");
-  auto preload = preload_environment(r.agent, r.base, r.late_cuda, r.cuda_runtime_points, r.lock_points);
+  auto preload = preload_environment(r.agent, r.base, r.late_cuda, r.cuda_runtime_points, r.lock_points, r.posix_points);
   if (!preload) return preload.error();
   if (r.run_dir.empty()) return core::status(core::errc::invalid_argument, "--run-dir: empty path");
   const fs::path dir = fs::absolute(r.run_dir, ec);
@@ -286,6 +308,7 @@ int agent_env_command(const agent_env_options& o, const spec_check& check, std::
   r.faults = o.faults;
   r.cuda_runtime_points = facts->cuda_runtime_points;
   r.lock_points = facts->lock_points;
+  r.posix_points = facts->posix_points;
   r.late_cuda = o.late_cuda;
   if (!o.seed.empty()) {
     auto [p, ec] = std::from_chars(o.seed.data(), o.seed.data() + o.seed.size(), r.seed);

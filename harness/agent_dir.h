@@ -67,12 +67,18 @@ std::filesystem::path agent_library();
 /// CUDA_INJECTION64_PATH=AGENT, and FAULTLINE_LATE_CUDA=0 when only the points need it; with
 /// `lock_points` (the spec names lock/ points) libfaultline_lock_points.so, beside the agent,
 /// preloaded after it (faults/preload/lock_points.h; not preloaded otherwise: it wraps every
-/// mutex call).
+/// mutex call); with `posix_points` (posix/ or libc/ points) libfiu's fiu_posix_preload.so last.
 /// Errors: invalid_argument when CUDA_INJECTION64_PATH is needed and `base` sets it already
 /// (another tool's injection library).
 core::result<std::vector<env_var>> preload_environment(const std::filesystem::path& agent,
                                                        const std::vector<std::string>& base, bool late_cuda,
-                                                       bool cuda_runtime_points = false, bool lock_points = false);
+                                                       bool cuda_runtime_points = false, bool lock_points = false,
+                                                       bool posix_points = false);
+
+/// libfiu's fiu_posix_preload.so for posix/ and libc/ points (faults/preload/posix_points.h):
+/// $FAULTLINE_FIU_POSIX_PRELOAD, else where libfiu's utilities install it (/usr/lib/fiu,
+/// /usr/local/lib/fiu, /usr/lib/x86_64-linux-gnu/fiu); empty when none is there.
+std::filesystem::path fiu_posix_preload();
 
 /// What an agent directory is prepared for.
 struct agent_env_request {
@@ -80,6 +86,7 @@ struct agent_env_request {
   std::string faults;               ///< FAULTLINE_FAULTS; checked by the caller
   bool cuda_runtime_points = false; ///< `faults` names cuda/cuda... points (spec_facts)
   bool lock_points = false;         ///< `faults` names lock/ points (spec_facts)
+  bool posix_points = false;        ///< `faults` names posix/ or libc/ points (spec_facts)
   std::uint64_t seed = 0;           ///< FAULTLINE_SEED
   bool late_cuda = false;
   std::filesystem::path agent;      ///< the preload library (agent_library())
@@ -152,6 +159,7 @@ struct agent_report_options {
 struct spec_facts {
   bool cuda_runtime_points = false;  ///< it names cuda/cuda... points: the agent must be the CUDA injection library
   bool lock_points = false;          ///< it names lock/ points: libfaultline_lock_points.so is preloaded too
+  bool posix_points = false;         ///< it names posix/ or libc/ points: libfiu's POSIX preload is too
 };
 
 /// Checks a fault spec as `exec --faults` does (cli.cc); an error's message is printed after

@@ -95,7 +95,8 @@ fail(CUDA_ERROR_...) -- the call is not made -- and teardown(device)) or runtime
 process, spawn/parent before fork/vfork/clone/exec/posix_spawn (also fail(ERRNO)), both with an
 optional @program filter (process/start@python3*); lock/sem|mutex|file/wait|acquired|release on
 process-shared locks, with an optional @function filter (lock/sem/acquired@lock_shrreg=kill). See
-the README's "CUDA fault points", "Process points" and "Lock points".)";
+the README's "CUDA fault points", "Process points" and "Lock points"; posix/... and libc/... are
+libfiu's POSIX preload's points (fail(ERRNO), delay, kill, abort, print), preloaded when named.)";
 
 constexpr const char* verify_about = R"(Check that every scenario's clean variant never fails and that each of its bug points is
 detected (any outcome but pass) at least at the scenario's required rate. Prints a table; exit
@@ -237,6 +238,12 @@ bool names_lock_points(const faults::spec& spec) {
   return std::any_of(spec.items.begin(), spec.items.end(), [](const faults::item& i) { return covers_prefix(i, "lock/"); });
 }
 
+// Whether the spec names libfiu's POSIX preload points (posix/, libc/): it is preloaded for them.
+bool names_posix_points(const faults::spec& spec) {
+  return std::any_of(spec.items.begin(), spec.items.end(),
+                     [](const faults::item& i) { return covers_prefix(i, "posix/") || covers_prefix(i, "libc/"); });
+}
+
 // The preloaded agent's own points act where the fault engine does not reach: exit/start and
 // exit/end at process exit (off, delay, abort, kill, print), cuda/<API> before a CUDA call
 // (those and fail, teardown; faults/preload/cuda_points.h), process/start in each new process
@@ -253,6 +260,7 @@ void check_agent_points(const faults::spec& spec) {
     const bool spawn_point = covers_prefix(item, "spawn/parent");
     const bool lock_point = covers_prefix(item, "lock/");
     const bool lock_wait = lock_point && std::string_view(item.point).ends_with("/wait");
+    const bool posix_point = std::string_view(item.point).starts_with("posix/") || std::string_view(item.point).starts_with("libc/");
     if (!item.filter.empty() && !start_point && !spawn_point && !lock_point)
       throw usage_error{"--faults: " + item.written() +
                         ": an @filter is for process/start and spawn/parent (a program) and lock/ (a function)"};
@@ -275,6 +283,9 @@ void check_agent_points(const faults::spec& spec) {
       if (lock_point && !basic && !(lock_wait && k == action_kind::fail))
         throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill or print" +
                           (lock_wait ? ", or fail(ERRNO)" : "") + ", not " + std::string(faults::to_string(k))};
+      if (posix_point && !basic && k != action_kind::fail)
+        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill, print or fail(ERRNO), not " +
+                          std::string(faults::to_string(k))};
       if (cuda_point && k == action_kind::pause)
         throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill, print, fail or teardown, not pause"};
       if (runtime_point && k == action_kind::fail)
@@ -620,7 +631,8 @@ int cmd_exec(const raw_args& a, std::vector<std::string> cmd, cli_context& ctx) 
       // library. --late-cuda is off by default: its callbacks, enabled as exit begins, change exit
       // races (an RMM 26.04 client with a detached worker crashed in 25/30 runs with them, 35/90 bare).
       const auto spec = *faults::parse(s.faults);
-      auto preload = preload_environment(agent, s.env, a.late_cuda, names_cuda_runtime(spec), names_lock_points(spec));
+      auto preload = preload_environment(agent, s.env, a.late_cuda, names_cuda_runtime(spec), names_lock_points(spec),
+                                         names_posix_points(spec));
       if (!preload) throw usage_error{preload.error().message()};
       for (const auto& [name, value] : *preload) v.env.push_back(name + "=" + value);
     }
@@ -921,7 +933,7 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
     } catch (const usage_error& e) {
       return core::status(core::errc::invalid_argument, e.message);
     }
-    return spec_facts{names_cuda_runtime(*parsed), names_lock_points(*parsed)};
+    return spec_facts{names_cuda_runtime(*parsed), names_lock_points(*parsed), names_posix_points(*parsed)};
   };
 
   // CLI11 reports a misspelt subcommand as a missing one; name it instead.

@@ -78,6 +78,7 @@ TEST(cli, refuses_what_the_agents_points_cannot_do) {
   expect_usage_error({"exec", "--faults", "spawn/parent@=print", "--", "true"}, "expected a program name after '@'");
   expect_usage_error({"exec", "--faults", "lock/sem/acquired=fail(EAGAIN)", "--", "true"}, "lock/sem/acquired takes off, delay, abort, kill or print, not fail");
   expect_usage_error({"exec", "--faults", "lock/mutex/wait@f=pause(r)", "--", "true"}, "or fail(ERRNO), not pause");
+  expect_usage_error({"exec", "--faults", "posix/io/rw/write=teardown(0)", "--", "true"}, "print or fail(ERRNO), not teardown");
 }
 
 TEST(cli, rejects_an_unknown_stack_method) {

@@ -39,6 +39,7 @@
 #include "faults/preload/detail/text.h"
 #include "faults/preload/cuda_points.h"
 #include "faults/preload/late_cuda.h"
+#include "faults/preload/posix_points.h"
 #include "faults/preload/preload_points.h"
 #include "faults/preload/spawn_points.h"
 #include "faults/preload/protocol.h"
@@ -96,10 +97,12 @@ exit_fn next_exit() {
 #else
   const bool cuda = false, spawn = false;
 #endif
-  if (exit_start_plan.enabled || exit_end_plan.enabled || cuda || spawn) {
+  const bool posix = std::strstr(spec, "posix/") != nullptr || std::strstr(spec, "libc/") != nullptr;
+  if (exit_start_plan.enabled || exit_end_plan.enabled || cuda || spawn || posix) {
     faultline::agent::preload::open_points_file(faultline::agent::run_dir());
   }
   faultline::agent::preload::seed_points(std::getenv("FAULTLINE_SEED"));
+  if (posix) (void)faultline::agent::posix_points::install(spec);
 #if FAULTLINE_CUDA_POINTS
   // Last: it hits process/start for this process, with the points file open and the seed set.
   if (spawn) (void)faultline::agent::spawn_points::install(spec);
