@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
@@ -30,7 +32,7 @@ import pytest
 
 from .harness import AgentReport, agent_env, agent_report, crash_line, late_cuda_line
 
-__all__ = ["AgentRequest", "AgentTest", "FaultlineFaultsWarning", "agent_dir_for", "agent_request"]
+__all__ = ["AgentRequest", "AgentTest", "FaultlineFaultsWarning", "agent_dir_for", "agent_request", "dump_agent_stacks"]
 
 
 class FaultlineFaultsWarning(UserWarning):
@@ -216,3 +218,53 @@ class AgentTest:
             f"faultline: {who} these fault points of its spec {self.request.faults!r}: {', '.join(never)} "
             "(a misspelt point, or one its processes never get to)"
         )
+
+
+# The agent's stack-dump signal (faults/preload/protocol.h: SIGRTMIN + 7).
+_DUMP_SIGNAL = signal.SIGRTMIN + 7
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether process `pid` has a handler for `sig` (SigCgt): only the agent's processes do, and
+    the signal's default action would kill any other."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def dump_agent_stacks(run_dir: Path, pids: List[int], wait_s: float = 2.0) -> str:
+    """Asks each process of `pids` that carries the agent to dump every thread's stack into
+    RUN_DIR/stacks.PID, waits up to `wait_s` for the dumps to end, and returns them, one section per
+    process ("" when none carries the agent). Frames are the agent's lines ("#K ADDR MODULE+OFFSET
+    FUNCTION"), symbolised from the symbol tables."""
+    asked = []
+    for pid in pids:
+        if _catches(pid, _DUMP_SIGNAL):
+            try:
+                os.kill(pid, _DUMP_SIGNAL)
+                asked.append(pid)
+            except OSError:
+                pass
+    deadline = time.monotonic() + wait_s
+    texts: Dict[int, str] = {}
+    while asked and time.monotonic() < deadline:
+        for pid in asked:
+            try:
+                text = (run_dir / f"stacks.{pid}").read_text(errors="replace")
+            except OSError:
+                continue
+            if "\nend\n" in "\n" + text:
+                texts[pid] = text
+        if len(texts) == len(asked):
+            break
+        time.sleep(0.02)
+    sections = []
+    for pid in asked:
+        text = texts.get(pid)
+        sections.append(f"--- process {pid}" + (":\n" + text.rstrip() if text else ": no dump within the wait"))
+    return "\n".join(sections)

@@ -51,7 +51,7 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from .agent import AgentTest, FaultlineFaultsWarning, agent_dir_for, agent_request
+from .agent import AgentTest, FaultlineFaultsWarning, agent_dir_for, agent_request, dump_agent_stacks
 from .children import ChildProcess, ChildTracker
 from .harness import BACKENDS, BugPoint, HarnessError, Scenario, find_faultline, judge, list_scenarios, run_campaign
 from .timeouts import TimeoutScale, lookup_rule, parse_duration, parse_timeout_rules, path_matches, timeout_scale
@@ -86,11 +86,20 @@ class _ItemState:
     timeout: Optional[OuterTimeout] = None
     error: Optional[str] = None
     leftovers: List[ChildProcess] = field(default_factory=list)
+    agent_dir: Optional[Path] = None  # the test's agent directory, when it has a fault spec
 
     def kill_children(self) -> List[ChildProcess]:
         """The outer timeout's first act (watchdog thread): kill, do not reap."""
         tracker = self.tracker
         return tracker.kill_leftovers(reap=False) if tracker is not None else []
+
+    def child_stacks(self) -> str:
+        """Just before that (watchdog thread): the stacks of the test's children that carry the
+        agent (a test with a fault spec), each asked for a dump."""
+        tracker, agent = self.tracker, self.agent_dir
+        if tracker is None or agent is None:
+            return ""
+        return dump_agent_stacks(agent, [c.pid for c in tracker.children()])
 
 
 _SETTINGS = pytest.StashKey[_Settings]()
@@ -457,7 +466,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
     state.kill_at_teardown = s.track_all or "faultline_children" in getattr(item, "fixturenames", ())
     state.want_tracker = _CAN_TRACK and (state.kill_at_teardown or bool(seconds))
     if seconds and state.error is None:
-        state.timeout = OuterTimeout(item.nodeid, seconds, source, kill_children=state.kill_children)
+        state.timeout = OuterTimeout(
+            item.nodeid, seconds, source, kill_children=state.kill_children, child_stacks=state.child_stacks
+        )
         item.user_properties.append(("faultline_timeout_s", round(seconds, 3)))
         watchdog.arm(state.timeout)
     try:
@@ -519,6 +530,9 @@ def _faultline_agent(request: pytest.FixtureRequest):
         yield
         return
     item.stash[_AGENT] = state
+    item_state = item.stash.get(_ITEM, None)
+    if item_state is not None:
+        item_state.agent_dir = state.run_dir
     try:
         yield
     finally:

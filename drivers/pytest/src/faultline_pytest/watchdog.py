@@ -60,7 +60,8 @@ class OuterTimeout:
     """One armed outer timeout: one test, `seconds` long, counted from construction.
 
     `kill_children` (called from the watchdog thread) kills the test's children and returns what it
-    killed. The times `expired_at` and `delivered_at` (time.monotonic()) are kept for measurement.
+    killed; `child_stacks`, called just before, returns the stacks of those that carry faultline's
+    agent (a test with a fault spec), or "". The times `expired_at` and `delivered_at` (time.monotonic()) are kept for measurement.
     """
 
     def __init__(
@@ -70,12 +71,14 @@ class OuterTimeout:
         source: str,
         *,
         kill_children: Optional[Callable[[], list]] = None,
+        child_stacks: Optional[Callable[[], str]] = None,
         grace_s: Optional[float] = None,
     ) -> None:
         self.label = label
         self.seconds = seconds
         self.source = source
         self.kill_children = kill_children
+        self.child_stacks = child_stacks
         self.grace_s = grace_s if grace_s is not None else max(1.0, 0.1 * seconds)
         self.started = time.monotonic()
         self.due = self.started + seconds
@@ -332,8 +335,17 @@ class Watchdog:
         # Stacks first: taken after the kill they would show where the test went once its children
         # died, not where it was stuck.
         stacks = dump_stacks(entry.main_ident)
+        child_stacks = ""
+        if entry.child_stacks is not None and entry.interrupts == 0:
+            try:
+                child_stacks = entry.child_stacks()
+            except Exception as e:  # the stacks are a courtesy: the kill must happen
+                child_stacks = f"(the children's stacks could not be taken: {e!r})"
         killed = self._kill(entry)
-        message = "\n".join([head, _killed_text(killed), "Stacks of every thread at expiry:", stacks])
+        parts = [head, _killed_text(killed), "Stacks of every thread at expiry:", stacks]
+        if child_stacks:
+            parts += ["Stacks of the test's child processes at expiry (faultline's agent):", child_stacks]
+        message = "\n".join(parts)
         with self._cond:
             if entry.interrupts == 0:
                 entry.message = message
