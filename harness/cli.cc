@@ -96,7 +96,9 @@ process, spawn/parent before fork/vfork/clone/exec/posix_spawn (also fail(ERRNO)
 optional @program filter (process/start@python3*); lock/sem|mutex|file/wait|acquired|release on
 process-shared locks, with an optional @function filter (lock/sem/acquired@lock_shrreg=kill). See
 the README's "CUDA fault points", "Process points" and "Lock points"; posix/... and libc/... are
-libfiu's POSIX preload's points (fail(ERRNO), delay, kill, abort, print), preloaded when named.)";
+libfiu's POSIX preload's points (fail(ERRNO), delay, kill, abort, print), preloaded when named;
+fn/SYMBOL stands at the entry of a function of the program or its libraries (off, delay, abort,
+kill, print), found in the symbol tables: fn/lock_shrreg=kill.)";
 
 constexpr const char* verify_about = R"(Check that every scenario's clean variant never fails and that each of its bug points is
 detected (any outcome but pass) at least at the scenario's required rate. Prints a table; exit
@@ -261,6 +263,9 @@ void check_agent_points(const faults::spec& spec) {
     const bool lock_point = covers_prefix(item, "lock/");
     const bool lock_wait = lock_point && std::string_view(item.point).ends_with("/wait");
     const bool posix_point = std::string_view(item.point).starts_with("posix/") || std::string_view(item.point).starts_with("libc/");
+    const bool fn_point = std::string_view(item.point).starts_with("fn/");
+    if (fn_point && item.is_wildcard())
+      throw usage_error{"--faults: " + item.point + ": fn/ points name one function exactly (fn/lock_shrreg)"};
     if (!item.filter.empty() && !start_point && !spawn_point && !lock_point)
       throw usage_error{"--faults: " + item.written() +
                         ": an @filter is for process/start and spawn/parent (a program) and lock/ (a function)"};
@@ -283,6 +288,9 @@ void check_agent_points(const faults::spec& spec) {
       if (lock_point && !basic && !(lock_wait && k == action_kind::fail))
         throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill or print" +
                           (lock_wait ? ", or fail(ERRNO)" : "") + ", not " + std::string(faults::to_string(k))};
+      if (fn_point && !basic)
+        throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill or print, not " +
+                          std::string(faults::to_string(k))};
       if (posix_point && !basic && k != action_kind::fail)
         throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill, print or fail(ERRNO), not " +
                           std::string(faults::to_string(k))};

@@ -79,6 +79,8 @@ TEST(cli, refuses_what_the_agents_points_cannot_do) {
   expect_usage_error({"exec", "--faults", "lock/sem/acquired=fail(EAGAIN)", "--", "true"}, "lock/sem/acquired takes off, delay, abort, kill or print, not fail");
   expect_usage_error({"exec", "--faults", "lock/mutex/wait@f=pause(r)", "--", "true"}, "or fail(ERRNO), not pause");
   expect_usage_error({"exec", "--faults", "posix/io/rw/write=teardown(0)", "--", "true"}, "print or fail(ERRNO), not teardown");
+  expect_usage_error({"exec", "--faults", "fn/lock_*=kill", "--", "true"}, "fn/ points name one function exactly");
+  expect_usage_error({"exec", "--faults", "fn/lock_shrreg=fail", "--", "true"}, "fn/lock_shrreg takes off, delay, abort, kill or print, not fail");
 }
 
 TEST(cli, rejects_an_unknown_stack_method) {

@@ -38,6 +38,7 @@
 #include "faults/preload/detail/points.h"
 #include "faults/preload/detail/text.h"
 #include "faults/preload/cuda_points.h"
+#include "faults/preload/fn_points.h"
 #include "faults/preload/late_cuda.h"
 #include "faults/preload/posix_points.h"
 #include "faults/preload/preload_points.h"
@@ -98,11 +99,15 @@ exit_fn next_exit() {
   const bool cuda = false, spawn = false;
 #endif
   const bool posix = std::strstr(spec, "posix/") != nullptr || std::strstr(spec, "libc/") != nullptr;
-  if (exit_start_plan.enabled || exit_end_plan.enabled || cuda || spawn || posix) {
+  const bool fn = std::strstr(spec, "fn/") != nullptr;
+  if (exit_start_plan.enabled || exit_end_plan.enabled || cuda || spawn || posix || fn) {
     faultline::agent::preload::open_points_file(faultline::agent::run_dir());
   }
   faultline::agent::preload::seed_points(std::getenv("FAULTLINE_SEED"));
   if (posix) (void)faultline::agent::posix_points::install(spec);
+#if FAULTLINE_CUDA_POINTS
+  (void)faultline::agent::fn_points::install(spec);  // after the agent's crash handlers: it chains to them
+#endif
 #if FAULTLINE_CUDA_POINTS
   // Last: it hits process/start for this process, with the points file open and the seed set.
   if (spawn) (void)faultline::agent::spawn_points::install(spec);

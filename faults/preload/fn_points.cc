@@ -1,0 +1,200 @@
+#include "faults/preload/fn_points.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "faults/preload/detail/plan_table.h"
+#include "faults/preload/detail/text.h"
+#include "faults/preload/preload_points.h"
+
+namespace {
+
+namespace detail = faultline::agent::detail;
+namespace preload = faultline::agent::preload;
+
+constexpr unsigned max_breakpoints = 8;
+constexpr unsigned max_spec = 4096;
+constexpr unsigned max_symbol = 200;
+
+struct breakpoint {
+  std::uintptr_t address = 0;
+  std::uint8_t original = 0;
+  int item = -1;
+  char point[max_symbol + 4] = {};  // "fn/" + symbol
+};
+
+char spec_copy[max_spec + 1];
+breakpoint breakpoints[max_breakpoints];
+unsigned breakpoint_count = 0;
+detail::plan_table<max_breakpoints> items;
+struct sigaction previous_trap {};
+// The breakpoint this thread is stepping over (its byte restored), or -1.
+[[gnu::tls_model("initial-exec")]] __thread int stepping = -1;
+
+constexpr std::uint8_t int3 = 0xCC;
+constexpr greg_t trap_flag = 0x100;
+
+bool write_byte(std::uintptr_t address, std::uint8_t value) noexcept {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  auto* start = reinterpret_cast<void*>(address & ~static_cast<std::uintptr_t>(page - 1));
+  const std::size_t span = (address + 1 - reinterpret_cast<std::uintptr_t>(start)) > static_cast<std::size_t>(page)
+                               ? 2 * static_cast<std::size_t>(page) : static_cast<std::size_t>(page);
+  if (::mprotect(start, span, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return false;
+  *reinterpret_cast<volatile std::uint8_t*>(address) = value;
+  __builtin___clear_cache(reinterpret_cast<char*>(address), reinterpret_cast<char*>(address + 1));
+  return ::mprotect(start, span, PROT_READ | PROT_EXEC) == 0;
+}
+
+void pass_on(int sig, siginfo_t* info, void* context) {
+  if ((previous_trap.sa_flags & SA_SIGINFO) != 0 && previous_trap.sa_sigaction != nullptr) {
+    previous_trap.sa_sigaction(sig, info, context);
+  } else if (previous_trap.sa_handler != SIG_IGN && previous_trap.sa_handler != SIG_DFL) {
+    previous_trap.sa_handler(sig);
+  } else {
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+  }
+}
+
+void on_trap(int sig, siginfo_t* info, void* context) {
+  auto* uc = static_cast<ucontext_t*>(context);
+  greg_t& rip = uc->uc_mcontext.gregs[REG_RIP];
+  greg_t& flags = uc->uc_mcontext.gregs[REG_EFL];
+  if (stepping >= 0 && (flags & trap_flag) != 0) {  // the first instruction ran: arm it again
+    (void)write_byte(breakpoints[stepping].address, int3);
+    flags &= ~trap_flag;
+    stepping = -1;
+    return;
+  }
+  for (unsigned i = 0; i < breakpoint_count; ++i) {
+    breakpoint& b = breakpoints[i];
+    if (static_cast<std::uintptr_t>(rip) - 1 != b.address) continue;
+    const detail::point_term t = items.hit(b.item, &preload::draw, &preload::record_reached);
+    preload::act(t, b.point);
+    (void)write_byte(b.address, b.original);
+    rip = static_cast<greg_t>(b.address);
+    flags |= trap_flag;
+    stepping = static_cast<int>(i);
+    return;
+  }
+  pass_on(sig, info, context);
+}
+
+// The address of `symbol` in the ELF symbol table of a loaded object (for functions the dynamic
+// table does not export).
+struct symtab_search {
+  const char* symbol;
+  std::uintptr_t found;
+};
+
+std::uintptr_t search_file(const char* path, std::uintptr_t bias, const char* symbol) noexcept {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct stat st {};
+  std::uintptr_t found = 0;
+  if (::fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(sizeof(Elf64_Ehdr))) {
+    void* map = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map != MAP_FAILED) {
+      const auto* base = static_cast<const char*>(map);
+      const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(base);
+      const auto size = static_cast<std::uint64_t>(st.st_size);
+      if (std::memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
+          eh->e_shoff + std::uint64_t{eh->e_shnum} * sizeof(Elf64_Shdr) <= size) {
+        const auto* sh = reinterpret_cast<const Elf64_Shdr*>(base + eh->e_shoff);
+        for (unsigned i = 0; i < eh->e_shnum && found == 0; ++i) {
+          if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum) continue;
+          const Elf64_Shdr& strs = sh[sh[i].sh_link];
+          if (sh[i].sh_offset + sh[i].sh_size > size || strs.sh_offset + strs.sh_size > size) continue;
+          const auto* syms = reinterpret_cast<const Elf64_Sym*>(base + sh[i].sh_offset);
+          const std::size_t n = sh[i].sh_size / sizeof(Elf64_Sym);
+          for (std::size_t k = 0; k < n; ++k) {
+            if (ELF64_ST_TYPE(syms[k].st_info) != STT_FUNC || syms[k].st_value == 0 ||
+                syms[k].st_name >= strs.sh_size)
+              continue;
+            if (std::strcmp(base + strs.sh_offset + syms[k].st_name, symbol) == 0) {
+              found = bias + syms[k].st_value;
+              break;
+            }
+          }
+        }
+      }
+      ::munmap(map, static_cast<std::size_t>(st.st_size));
+    }
+  }
+  ::close(fd);
+  return found;
+}
+
+int search_object(dl_phdr_info* info, std::size_t, void* arg) {
+  auto* s = static_cast<symtab_search*>(arg);
+  const char* path = info->dlpi_name != nullptr && *info->dlpi_name != '\0' ? info->dlpi_name : "/proc/self/exe";
+  if (std::strstr(path, "linux-vdso") != nullptr) return 0;
+  s->found = search_file(path, info->dlpi_addr, s->symbol);
+  return s->found != 0 ? 1 : 0;
+}
+
+std::uintptr_t resolve(const char* symbol) noexcept {
+  if (void* p = ::dlsym(RTLD_DEFAULT, symbol)) return reinterpret_cast<std::uintptr_t>(p);
+  symtab_search s{symbol, 0};
+  ::dl_iterate_phdr(&search_object, &s);
+  return s.found;
+}
+
+}  // namespace
+
+namespace faultline::agent::fn_points {
+
+bool install(const char* spec) noexcept {
+  if (spec == nullptr || std::strlen(spec) > max_spec || std::strstr(spec, "fn/") == nullptr) return false;
+  std::memcpy(spec_copy, spec, std::strlen(spec) + 1);
+  detail::fd_writer err(STDERR_FILENO);
+  for (const char* at = spec_copy; *at != '\0' && breakpoint_count < max_breakpoints;) {
+    while (*at == ' ' || *at == '\t' || *at == ';') ++at;
+    const char* end = std::strchr(at, ';');
+    if (end == nullptr) end = at + std::strlen(at);
+    const char* eq = static_cast<const char*>(std::memchr(at, '=', static_cast<std::size_t>(end - at)));
+    if (eq != nullptr && std::strncmp(at, "fn/", 3) == 0) {
+      std::size_t n = static_cast<std::size_t>(eq - at);
+      while (n > 0 && (at[n - 1] == ' ' || at[n - 1] == '\t')) --n;
+      breakpoint& b = breakpoints[breakpoint_count];
+      if (n > 3 && n - 3 <= max_symbol) {
+        std::memcpy(b.point, at, n);
+        b.point[n] = '\0';
+        const char* symbol = b.point + 3;
+        b.address = resolve(symbol);
+        b.item = b.address != 0 ? items.find(spec_copy, b.point) : -1;
+        if (b.address == 0 || b.item < 0) {
+          err.str("faultline-agent: ").str(b.point).str(": no such function in the program or its libraries\n");
+        } else {
+          b.original = *reinterpret_cast<const std::uint8_t*>(b.address);
+          ++breakpoint_count;
+        }
+      }
+    }
+    at = end;
+  }
+  if (breakpoint_count == 0) return false;
+  struct sigaction trap {};
+  trap.sa_sigaction = &on_trap;
+  trap.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
+  sigemptyset(&trap.sa_mask);
+  if (::sigaction(SIGTRAP, &trap, &previous_trap) != 0) return false;
+  for (unsigned i = 0; i < breakpoint_count; ++i) {
+    if (!write_byte(breakpoints[i].address, int3)) {
+      err.str("faultline-agent: ").str(breakpoints[i].point).str(": cannot set its breakpoint\n");
+    }
+  }
+  return true;
+}
+
+}  // namespace faultline::agent::fn_points

@@ -1,0 +1,87 @@
+// fn/<symbol> points (fn_points.h) in a program that knows nothing of faultline
+// (testing/fn_points_child.cc): breakpoints at a function's entry, in the dynamic symbol table or
+// only in the ELF one, single-stepped over so that the function still runs.
+#include <sys/wait.h>
+
+#include <chrono>
+#include <csignal>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "faults/preload/testing/preload_run.h"
+
+namespace faultline::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::exited_0;
+
+const std::string child_program = FAULTLINE_FN_POINTS_CHILD;
+const std::string preload_library = FAULTLINE_AGENT_PRELOAD;
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// sum of 2k + 1 for k < n
+long sum(long n) { return n * n; }
+
+TEST(fn_points, each_call_is_a_hit_and_the_function_still_runs) {
+  testing::preload_runner r(preload_library);
+  auto f = r.run("fn/fn_exported_step=print", {child_program, "exported", "5", "hidden", "3"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "exported " + std::to_string(sum(5)) + "\nhidden " + std::to_string(sum(3)) + "\n");
+  EXPECT_EQ(count(f.err, "fault point fn/fn_exported_step reached"), 5u) << f.err;
+  EXPECT_EQ(r.reached(f.pid), "fn/fn_exported_step\n");
+}
+
+TEST(fn_points, a_function_only_the_elf_symbol_table_names_is_found) {
+  testing::preload_runner r(preload_library);
+  auto f = r.run("fn/_ZN12_GLOBAL__N_114fn_hidden_stepEl=2*print", {child_program, "hidden", "4"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "hidden " + std::to_string(sum(4)) + "\n");
+  EXPECT_EQ(count(f.err, "reached (injected: print)"), 2u) << f.err;  // the count: 2 of 4
+}
+
+TEST(fn_points, kill_and_delay_act_at_the_entry) {
+  testing::preload_runner r(preload_library);
+  auto killed = r.run("fn/fn_exported_step=kill", {child_program, "hidden", "2", "exported", "2"});
+  ASSERT_TRUE(WIFSIGNALED(killed.status));
+  EXPECT_EQ(WTERMSIG(killed.status), SIGKILL);
+  EXPECT_EQ(killed.out, "hidden 4\n");
+  auto slow = r.run("fn/fn_exported_step=1*delay(300ms)", {child_program, "exported", "3"});
+  ASSERT_TRUE(exited_0(slow)) << slow.err;
+  EXPECT_GE(slow.took, 300ms);
+}
+
+TEST(fn_points, threads_stepping_over_one_breakpoint_all_run_correctly) {
+  testing::preload_runner r(preload_library);
+  auto f = r.run("fn/fn_exported_step=off", {child_program, "threads", "20000"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "threads " + std::to_string(4 * sum(20000)) + "\n");
+}
+
+TEST(fn_points, an_unknown_function_is_named_on_stderr_and_nothing_changes) {
+  testing::preload_runner r(preload_library);
+  auto f = r.run("fn/no_such_function_anywhere=kill", {child_program, "exported", "2"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "exported 4\n");
+  EXPECT_NE(f.err.find("fn/no_such_function_anywhere: no such function"), std::string::npos) << f.err;
+}
+
+TEST(fn_points, a_sigtrap_of_the_program_still_reaches_the_crash_report) {
+  testing::preload_runner r(preload_library);
+  // With a breakpoint set, a SIGTRAP that is none of its own still reaches the agent's crash
+  // handler, which reports it and lets the process die by it.
+  auto f = r.run("fn/fn_exported_step=off", {child_program, "exported", "1", "trap", "0"});
+  ASSERT_TRUE(WIFSIGNALED(f.status)) << f.err;
+  EXPECT_EQ(WTERMSIG(f.status), SIGTRAP);
+  EXPECT_EQ(f.out, "exported 1\n");
+  EXPECT_EQ(testing::slurp(r.dir() / ("crash." + std::to_string(f.pid))).rfind("signal 5 SIGTRAP", 0), 0u);
+}
+
+}  // namespace
+}  // namespace faultline::agent
