@@ -348,29 +348,19 @@ namespace faultline::agent::cuda_points {
 bool install(const char* spec) noexcept {
   if (spec == nullptr || std::strlen(spec) > max_spec) return false;
   // Any item whose pattern could cover a cuda/ name: "cuda/...", or a wildcard "cu*", "*".
-  const char* at = spec;
   bool any = false, runtime = false;
-  while (*at != '\0') {
-    while (*at == ' ' || *at == ';' || *at == '\t') ++at;
-    const char* end = std::strchr(at, ';');
-    if (end == nullptr) end = at + std::strlen(at);
-    const char* eq = static_cast<const char*>(std::memchr(at, '=', static_cast<std::size_t>(end - at)));
-    if (eq != nullptr) {
-      std::size_t n = static_cast<std::size_t>(eq - at);
-      while (n > 0 && (at[n - 1] == ' ' || at[n - 1] == '\t')) --n;
-      const bool wild = n > 0 && at[n - 1] == '*';
-      const std::size_t prefix = wild ? n - 1 : n;
-      constexpr char cuda[] = "cuda/";
-      constexpr char cudart[] = "cuda/cuda";
-      const std::size_t c = std::min(prefix, sizeof cuda - 1);
-      if (std::strncmp(at, cuda, c) == 0 && (wild || prefix >= sizeof cuda - 1)) {
-        any = true;
-        const std::size_t r = std::min(prefix, sizeof cudart - 1);
-        if (std::strncmp(at, cudart, r) == 0 && (wild || prefix >= sizeof cudart - 1)) runtime = true;
-      }
+  detail::for_each_item(spec, [&](const char* at, std::size_t n) {
+    const bool wild = at[n - 1] == '*';
+    const std::size_t prefix = wild ? n - 1 : n;
+    constexpr char cuda[] = "cuda/";
+    constexpr char cudart[] = "cuda/cuda";
+    const std::size_t c = std::min(prefix, sizeof cuda - 1);
+    if (std::strncmp(at, cuda, c) == 0 && (wild || prefix >= sizeof cuda - 1)) {
+      any = true;
+      const std::size_t r = std::min(prefix, sizeof cudart - 1);
+      if (std::strncmp(at, cudart, r) == 0 && (wild || prefix >= sizeof cudart - 1)) runtime = true;
     }
-    at = end;
-  }
+  });
   if (!any) return false;
   std::memcpy(spec_copy, spec, std::strlen(spec) + 1);
   have_runtime_items = runtime;

@@ -158,31 +158,20 @@ bool install(const char* spec) noexcept {
   if (spec == nullptr || std::strlen(spec) > max_spec || std::strstr(spec, "fn/") == nullptr) return false;
   std::memcpy(spec_copy, spec, std::strlen(spec) + 1);
   detail::fd_writer err(STDERR_FILENO);
-  for (const char* at = spec_copy; *at != '\0' && breakpoint_count < max_breakpoints;) {
-    while (*at == ' ' || *at == '\t' || *at == ';') ++at;
-    const char* end = std::strchr(at, ';');
-    if (end == nullptr) end = at + std::strlen(at);
-    const char* eq = static_cast<const char*>(std::memchr(at, '=', static_cast<std::size_t>(end - at)));
-    if (eq != nullptr && std::strncmp(at, "fn/", 3) == 0) {
-      std::size_t n = static_cast<std::size_t>(eq - at);
-      while (n > 0 && (at[n - 1] == ' ' || at[n - 1] == '\t')) --n;
-      breakpoint& b = breakpoints[breakpoint_count];
-      if (n > 3 && n - 3 <= max_symbol) {
-        std::memcpy(b.point, at, n);
-        b.point[n] = '\0';
-        const char* symbol = b.point + 3;
-        b.address = resolve(symbol);
-        b.item = b.address != 0 ? items.find(spec_copy, b.point) : -1;
-        if (b.address == 0 || b.item < 0) {
-          err.str("faultline-agent: ").str(b.point).str(": no such function in the program or its libraries\n");
-        } else {
-          b.original = *reinterpret_cast<const std::uint8_t*>(b.address);
-          ++breakpoint_count;
-        }
-      }
+  detail::for_each_item(spec_copy, [&](const char* at, std::size_t n) {
+    if (breakpoint_count == max_breakpoints || n <= 3 || n - 3 > max_symbol || std::strncmp(at, "fn/", 3) != 0) return;
+    breakpoint& b = breakpoints[breakpoint_count];
+    std::memcpy(b.point, at, n);
+    b.point[n] = '\0';
+    b.address = resolve(b.point + 3);
+    b.item = b.address != 0 ? items.find(spec_copy, b.point) : -1;
+    if (b.address == 0 || b.item < 0) {
+      err.str("faultline-agent: ").str(b.point).str(": no such function in the program or its libraries\n");
+      return;
     }
-    at = end;
-  }
+    b.original = *reinterpret_cast<const std::uint8_t*>(b.address);
+    ++breakpoint_count;
+  });
   if (breakpoint_count == 0) return false;
   struct sigaction trap {};
   trap.sa_sigaction = &on_trap;

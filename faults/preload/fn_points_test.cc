@@ -20,11 +20,7 @@ using testing::exited_0;
 const std::string child_program = FAULTLINE_FN_POINTS_CHILD;
 const std::string preload_library = FAULTLINE_AGENT_PRELOAD;
 
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using testing::count;
 
 // sum of 2k + 1 for k < n
 long sum(long n) { return n * n; }

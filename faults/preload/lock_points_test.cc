@@ -23,11 +23,7 @@ using testing::exited_0;
 const std::string child_program = FAULTLINE_LOCK_POINTS_CHILD;
 const std::string preload = std::string(FAULTLINE_AGENT_PRELOAD) + ":" + FAULTLINE_LOCK_POINTS_PRELOAD;
 
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using testing::count;
 
 std::vector<std::string> every_kind(const testing::preload_runner& r) {
   const std::string file = (r.dir() / "lockfile").string();

@@ -69,23 +69,13 @@ bool install(const char* spec) noexcept {
   (void)init(0);
   bool any = false;
   // Each item "pattern=terms": enable its pattern (libfiu's wildcard is a trailing '*' too).
-  for (const char* at = spec_copy; *at != '\0';) {
-    while (*at == ' ' || *at == '\t' || *at == ';') ++at;
-    const char* end = std::strchr(at, ';');
-    if (end == nullptr) end = at + std::strlen(at);
-    const char* eq = static_cast<const char*>(std::memchr(at, '=', static_cast<std::size_t>(end - at)));
-    if (eq != nullptr) {
-      std::size_t n = static_cast<std::size_t>(eq - at);
-      while (n > 0 && (at[n - 1] == ' ' || at[n - 1] == '\t')) --n;
-      if (names_posix(at, n) && n < 256) {
-        char pattern[256];
-        std::memcpy(pattern, at, n);
-        pattern[n] = '\0';
-        any = enable(pattern, 1, nullptr, 0, &decide) == 0 || any;
-      }
-    }
-    at = end;
-  }
+  detail::for_each_item(spec_copy, [&](const char* at, std::size_t n) {
+    if (!names_posix(at, n) || n >= 256) return;
+    char pattern[256];
+    std::memcpy(pattern, at, n);
+    pattern[n] = '\0';
+    any = enable(pattern, 1, nullptr, 0, &decide) == 0 || any;
+  });
   return any;
 }
 

@@ -23,11 +23,7 @@ using testing::exited_0;
 const std::string child_program = FAULTLINE_SPAWN_POINTS_CHILD;
 const std::string preload_library = FAULTLINE_AGENT_PRELOAD;
 
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using testing::count;
 
 TEST(spawn_points, without_an_item_every_way_of_starting_a_process_works) {
   testing::preload_runner r(preload_library);

@@ -48,6 +48,26 @@ struct point_plan {
 /// Pure; does not allocate.
 void plan_point(const char* spec, const char* point, point_plan& plan, const char* const* programs = nullptr) noexcept;
 
+/// Calls `fn(pattern, length)` for each item of `spec`, with the item's name as written (before
+/// its '=', trimmed; "cuda/cuMem*", "process/start@python3"). Pure; does not allocate.
+template <class F>
+void for_each_item(const char* spec, F&& fn) noexcept {
+  if (spec == nullptr) return;
+  for (const char* at = spec; *at != '\0';) {
+    while (*at == ' ' || *at == '\t' || *at == ';') ++at;
+    const char* end = at;
+    while (*end != '\0' && *end != ';') ++end;
+    const char* eq = at;
+    while (eq < end && *eq != '=') ++eq;
+    if (eq < end) {
+      std::size_t n = static_cast<std::size_t>(eq - at);
+      while (n > 0 && (at[n - 1] == ' ' || at[n - 1] == '\t')) --n;
+      if (n > 0) fn(at, n);
+    }
+    at = end;
+  }
+}
+
 /// Evaluates the chain once (fail(9) semantics: a used-up term or a failed draw is skipped; the
 /// first term that passes fires and, when limited, uses one count). `draw` is a uniform 64-bit
 /// random value. Returns the action that fires (`off` when none).

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +36,13 @@ struct finished {
 };
 
 inline bool exited_0(const finished& f) { return WIFEXITED(f.status) && WEXITSTATUS(f.status) == 0; }
+
+/// How many times `what` occurs in `text`.
+inline std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
 
 /// A run directory (removed at the end) and the runs in it.
 class preload_runner {
