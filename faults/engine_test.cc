@@ -541,7 +541,7 @@ TEST_F(environment_test, names_the_variable_in_every_error_and_applies_nothing) 
   EXPECT_EQ(s.code(), core::errc::invalid_argument);
   EXPECT_EQ(s.message(),
             "FAULTLINE_FAULTS: faults spec: column 7: expected an action (off, fail, delay, pause, kill, abort, "
-            "teardown, print), found 'fial'");
+            "teardown, print, stop), found 'fial'");
 
   setenv("FAULTLINE_FAULTS", "t/env=fail", 1);
   for (const char* bad : {"abc", "-1", "18446744073709551616", "0x", "0x10000000000000000", "12 "}) {

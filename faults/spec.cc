@@ -16,9 +16,9 @@ using core::errc;
 using core::status;
 
 constexpr std::string_view expected_action =
-    "expected an action (off, fail, delay, pause, kill, abort, teardown, print)";
+    "expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop)";
 
-constexpr std::array<std::pair<std::string_view, action_kind>, 8> action_names{{
+constexpr std::array<std::pair<std::string_view, action_kind>, 9> action_names{{
     {"off", action_kind::off},
     {"fail", action_kind::fail},
     {"delay", action_kind::delay},
@@ -27,6 +27,7 @@ constexpr std::array<std::pair<std::string_view, action_kind>, 8> action_names{{
     {"abort", action_kind::abort},
     {"teardown", action_kind::teardown},
     {"print", action_kind::print},
+    {"stop", action_kind::stop},
 }};
 
 // Device indices beyond this are certainly typos; the device layer checks the real count.
@@ -228,6 +229,7 @@ class parser {
       case action_kind::kill:
       case action_kind::abort:
       case action_kind::print:
+      case action_kind::stop:
         if (has_args) return fail_here("'" + std::string(word) + "' takes no arguments");
         return t;
       case action_kind::fail:

@@ -4,13 +4,13 @@
 //   item := point '=' term ('->' term)*
 //   term := [P '%'] [N '*'] action ['(' args ')']
 //   action := off | fail[(code)] | delay(duration) | pause(rendezvous[, timeout]) | kill | abort
-//           | teardown(device) | print
+//           | teardown(device) | print | stop
 //
 //   auto s = faults::parse("sim/*=5%fail(ENOMEM);registry/unregister/after-remove=delay(50ms)");
 //   s->items[0].terms[0].probability_ppb;   // 50'000'000 (5%)
 //   faults::parse("accounting/lock=fial").error().message();
 //   // "faults spec: column 17: expected an action (off, fail, delay, pause, kill, abort,
-//   //  teardown, print), found 'fial'"
+//   //  teardown, print, stop), found 'fial'"
 //
 // Tokens:
 // - point: [A-Za-z0-9_./-]+ with an optional trailing '*' wildcard ("sim/*" covers every name
@@ -32,7 +32,8 @@
 //
 // Meaning (FreeBSD fail(9) / fail-rs): on every hit the terms are evaluated in order; a term whose
 // count is used up is skipped, a term whose probability draw fails is skipped; the first term that
-// passes fires (its count goes down by one). `off` fires but does nothing: the point reports not
+// passes fires (its count goes down by one). `stop` stops the whole process (SIGSTOP) until it is
+// continued or killed. `off` fires but does nothing: the point reports not
 // fired and later terms are not tried. When no term fires the point does not fire.
 //
 // Errors: parse() rejects a malformed spec as a value (errc::invalid_argument) whose message is
@@ -52,7 +53,7 @@
 namespace faultline::faults {
 
 /// What a fired term does.
-enum class action_kind { off, fail, delay, pause, kill, abort, teardown, print };
+enum class action_kind { off, fail, delay, pause, kill, abort, teardown, print, stop };
 
 /// The grammar's name of an action ("fail").
 std::string_view to_string(action_kind kind) noexcept;

@@ -150,35 +150,35 @@ struct bad_case {
 TEST(spec, rejects_malformed_specs_with_column_and_expectation) {
   const bad_case cases[] = {
       {"accounting/lock=fial",
-       "faults spec: column 17: expected an action (off, fail, delay, pause, kill, abort, teardown, print), "
+       "faults spec: column 17: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
        "found 'fial'"},
       {"a=fial(ENOMEM)",
-       "faults spec: column 3: expected an action (off, fail, delay, pause, kill, abort, teardown, print), "
+       "faults spec: column 3: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
        "found 'fial'"},
       {"a=FAIL",
-       "faults spec: column 3: expected an action (off, fail, delay, pause, kill, abort, teardown, print), "
+       "faults spec: column 3: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
        "found 'FAIL'"},
       {"a=fail2",
-       "faults spec: column 3: expected an action (off, fail, delay, pause, kill, abort, teardown, print), "
+       "faults spec: column 3: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
        "found 'fail2'"},
       {"=fail", "faults spec: column 1: expected a point name, found '='"},
       {"a fail", "faults spec: column 3: expected '=' after point name 'a', found 'fail'"},
       {"a", "faults spec: column 2: expected '=' after point name 'a', found end of spec"},
       {"a!=fail", "faults spec: column 2: expected '=' after point name 'a', found '!'"},
       {"a=",
-       "faults spec: column 3: expected an action (off, fail, delay, pause, kill, abort, teardown, print), "
+       "faults spec: column 3: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
        "found end of spec"},
       {"a=fail->",
-       "faults spec: column 9: expected an action (off, fail, delay, pause, kill, abort, teardown, print), "
+       "faults spec: column 9: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
        "found end of spec"},
       {"a=->fail",
-       "faults spec: column 3: expected an action (off, fail, delay, pause, kill, abort, teardown, print), "
+       "faults spec: column 3: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
        "found '->'"},
       {"a=1*",
-       "faults spec: column 5: expected an action (off, fail, delay, pause, kill, abort, teardown, print), "
+       "faults spec: column 5: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
        "found end of spec"},
       {"a=3*5%fail",
-       "faults spec: column 5: expected an action (off, fail, delay, pause, kill, abort, teardown, print), "
+       "faults spec: column 5: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
        "found '5'"},
       {"a=fail fail", "faults spec: column 8: expected '->', ';' or end of spec, found 'fail'"},
       {"a=fail)", "faults spec: column 7: expected '->', ';' or end of spec, found ')'"},
@@ -230,7 +230,7 @@ TEST(spec, rejects_malformed_specs_with_column_and_expectation) {
       {"sim/**=fail", "faults spec: column 6: a wildcard '*' must end the point name, found '*'"},
       {"*=fail", "faults spec: column 1: expected a point name, found '*'"},
       {"a=fail;b=fial",
-       "faults spec: column 10: expected an action (off, fail, delay, pause, kill, abort, teardown, print), "
+       "faults spec: column 10: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
        "found 'fial'"},
       {"a=fail;a=delay(1ms)", "faults spec: column 8: point 'a' is named twice (first at column 1)"},
       {"x/*=off; y=off;x/*=print", "faults spec: column 16: point 'x/*' is named twice (first at column 1)"},
@@ -308,6 +308,7 @@ TEST(spec, names_every_action) {
   EXPECT_EQ(to_string(action_kind::abort), "abort");
   EXPECT_EQ(to_string(action_kind::teardown), "teardown");
   EXPECT_EQ(to_string(action_kind::print), "print");
+  EXPECT_EQ(to_string(action_kind::stop), "stop");
 }
 
 TEST(bug_points, catalog_holds_the_seeded_alloc_bugs) {

@@ -98,7 +98,8 @@ process-shared locks, with an optional @function filter (lock/sem/acquired@lock_
 the README's "CUDA fault points", "Process points" and "Lock points"; posix/... and libc/... are
 libfiu's POSIX preload's points (fail(ERRNO), delay, kill, abort, print), preloaded when named;
 fn/SYMBOL stands at the entry of a function of the program or its libraries (off, delay, abort,
-kill, print), found in the symbol tables: fn/lock_shrreg=kill.)";
+kill, print, stop), found in the symbol tables: fn/lock_shrreg=kill. stop: the process stops
+(SIGSTOP) until continued or killed.)";
 
 constexpr const char* verify_about = R"(Check that every scenario's clean variant never fails and that each of its bug points is
 detected (any outcome but pass) at least at the scenario's required rate. Prints a table; exit
@@ -275,27 +276,27 @@ void check_agent_points(const faults::spec& spec) {
     for (const auto& t : item.terms) {
       const action_kind k = t.action.kind;
       const bool basic = k == action_kind::off || k == action_kind::delay || k == action_kind::abort ||
-                         k == action_kind::kill || k == action_kind::print;
+                         k == action_kind::kill || k == action_kind::print || k == action_kind::stop;
       if (exit_point && !basic)
-        throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill or print, not " +
+        throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill, print or stop, not " +
                           std::string(faults::to_string(k))};
       if (start_point && !basic)
-        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill or print, not " +
+        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill, print or stop, not " +
                           std::string(faults::to_string(k))};
       if (spawn_point && !basic && k != action_kind::fail)
-        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill, print or fail(ERRNO), not " +
+        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill, print, stop or fail(ERRNO), not " +
                           std::string(faults::to_string(k))};
       if (lock_point && !basic && !(lock_wait && k == action_kind::fail))
-        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill or print" +
+        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill, print or stop" +
                           (lock_wait ? ", or fail(ERRNO)" : "") + ", not " + std::string(faults::to_string(k))};
       if (fn_point && !basic)
-        throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill or print, not " +
+        throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill, print or stop, not " +
                           std::string(faults::to_string(k))};
       if (posix_point && !basic && k != action_kind::fail)
-        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill, print or fail(ERRNO), not " +
+        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill, print, stop or fail(ERRNO), not " +
                           std::string(faults::to_string(k))};
       if (cuda_point && k == action_kind::pause)
-        throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill, print, fail or teardown, not pause"};
+        throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill, print, stop, fail or teardown, not pause"};
       if (runtime_point && k == action_kind::fail)
         throw usage_error{"--faults: " + item.point +
                           ": a CUDA runtime call cannot be failed (CUPTI's callbacks cannot change its result); fail "

@@ -66,21 +66,21 @@ TEST(cli, rejects_a_malformed_fault_spec_before_any_run) {
 }
 
 TEST(cli, refuses_what_the_agents_points_cannot_do) {
-  expect_usage_error({"exec", "--faults", "exit/end=fail", "--", "true"}, "exit/end takes off, delay, abort, kill or print");
+  expect_usage_error({"exec", "--faults", "exit/end=fail", "--", "true"}, "exit/end takes off, delay, abort, kill, print or stop");
   expect_usage_error({"exec", "--faults", "cuda/cudaFree=fail", "--", "true"}, "fail the driver call it makes instead");
   expect_usage_error({"exec", "--faults", "cuda/cuda*=2*fail", "--", "true"}, "cannot be failed");
   expect_usage_error({"exec", "--faults", "cuda/cuMemFree_v2=pause(x)", "--", "true"}, "not pause");
   expect_usage_error({"exec", "--faults", "sim/alloc=teardown(device)", "--", "true"}, "teardown(device) is for cuda/ points");
   expect_usage_error({"exec", "--faults", "cuda/cuMemFree_v2=fail(CUDA_ERROR_NOPE)", "--", "true"}, "CUDA driver error name");
   expect_usage_error({"exec", "--faults", "process/start@python3=fail(EAGAIN)", "--", "true"}, "process/start@python3 takes off");
-  expect_usage_error({"exec", "--faults", "spawn/parent=teardown(0)", "--", "true"}, "or fail(ERRNO), not teardown");
+  expect_usage_error({"exec", "--faults", "spawn/parent=teardown(0)", "--", "true"}, "stop or fail(ERRNO), not teardown");
   expect_usage_error({"exec", "--faults", "sim/alloc@python3=print", "--", "true"}, "an @filter is for");
   expect_usage_error({"exec", "--faults", "spawn/parent@=print", "--", "true"}, "expected a program name after '@'");
-  expect_usage_error({"exec", "--faults", "lock/sem/acquired=fail(EAGAIN)", "--", "true"}, "lock/sem/acquired takes off, delay, abort, kill or print, not fail");
+  expect_usage_error({"exec", "--faults", "lock/sem/acquired=fail(EAGAIN)", "--", "true"}, "lock/sem/acquired takes off, delay, abort, kill, print or stop, not fail");
   expect_usage_error({"exec", "--faults", "lock/mutex/wait@f=pause(r)", "--", "true"}, "or fail(ERRNO), not pause");
-  expect_usage_error({"exec", "--faults", "posix/io/rw/write=teardown(0)", "--", "true"}, "print or fail(ERRNO), not teardown");
+  expect_usage_error({"exec", "--faults", "posix/io/rw/write=teardown(0)", "--", "true"}, "stop or fail(ERRNO), not teardown");
   expect_usage_error({"exec", "--faults", "fn/lock_*=kill", "--", "true"}, "fn/ points name one function exactly");
-  expect_usage_error({"exec", "--faults", "fn/lock_shrreg=fail", "--", "true"}, "fn/lock_shrreg takes off, delay, abort, kill or print, not fail");
+  expect_usage_error({"exec", "--faults", "fn/lock_shrreg=fail", "--", "true"}, "fn/lock_shrreg takes off, delay, abort, kill, print or stop, not fail");
 }
 
 TEST(cli, rejects_an_unknown_stack_method) {

@@ -106,6 +106,12 @@ points::outcome run_action(const char* point, const action_record& a) noexcept {
       std::abort();
     case action_kind::teardown: teardown(point, a.device); return {true, 0};
     case action_kind::print: log_injected("point=%s action=print", point); return {true, 0};
+    case action_kind::stop:
+      // The whole process stops here until SIGCONT (or a kill): the harness, a test or a person
+      // decides what happens next.
+      log_injected("point=%s action=stop (pid %d)", point, static_cast<int>(::getpid()));
+      ::raise(SIGSTOP);
+      return {true, 0};
   }
   return {};
 }

@@ -1,7 +1,8 @@
 // fn/<symbol> fault points for any program (fn_points.cc): the entry of a named function of the
 // program or of a library loaded at its start, found in the dynamic symbol table or, failing that,
 // the ELF symbol table of its file (no debug info needed): fn/lock_shrreg=kill,
-// fn/_ZN3rmm2mr...=delay(50ms). Actions: delay, kill, abort, print.
+// fn/_ZN3rmm2mr...=delay(50ms). Actions: delay, kill, abort, print, and stop: the process stops
+// there (SIGSTOP) until the harness, a test or a person continues it (SIGCONT) or kills it.
 //
 // How: the function's first byte becomes a breakpoint (int3). The agent's SIGTRAP handler, on a
 // breakpoint of its own, acts, puts the original byte back and single-steps the first instruction

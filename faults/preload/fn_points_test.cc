@@ -53,6 +53,23 @@ TEST(fn_points, kill_and_delay_act_at_the_entry) {
   EXPECT_GE(slow.took, 300ms);
 }
 
+// stop: the process stops at the entry (SIGSTOP) until it is continued; then the call goes on.
+TEST(fn_points, stop_holds_the_process_at_the_entry_until_it_is_continued) {
+  testing::preload_runner r(preload_library);
+  auto f = r.start("fn/fn_exported_step=1*stop", {child_program, "hidden", "2", "exported", "3"});
+  ASSERT_GT(f.pid, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(f.pid, &status, WUNTRACED), f.pid);
+  ASSERT_TRUE(WIFSTOPPED(status));
+  r.collect(f);
+  EXPECT_EQ(f.out, "hidden 4\n");  // stopped in the first call of the second step
+  ::kill(f.pid, SIGCONT);
+  ASSERT_EQ(::waitpid(f.pid, &status, 0), f.pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  r.collect(f);
+  EXPECT_EQ(f.out, "hidden 4\nexported 9\n");
+}
+
 TEST(fn_points, threads_stepping_over_one_breakpoint_all_run_correctly) {
   testing::preload_runner r(preload_library);
   auto f = r.run("fn/fn_exported_step=off", {child_program, "threads", "20000"});

@@ -70,6 +70,9 @@ void act(const detail::point_term& t, const char* name) noexcept {
     case detail::point_action::kill:
       ::kill(::getpid(), SIGKILL);
       break;
+    case detail::point_action::stop:  // until SIGCONT or a kill: the harness or a test decides
+      ::raise(SIGSTOP);
+      break;
   }
 }
 

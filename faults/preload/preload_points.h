@@ -26,7 +26,7 @@ void record_reached(const char* pattern) noexcept;
 std::uint64_t draw() noexcept;
 
 /// Acts on a term that fired at the point `name`: delay sleeps, abort and kill end the process,
-/// print says so on stderr. fail and teardown are the caller's (they mean something only to the
+/// stop stops it (SIGSTOP) until it is continued or killed, print says so on stderr. fail and teardown are the caller's (they mean something only to the
 /// call the point stands before); off does nothing.
 void act(const detail::point_term& t, const char* name) noexcept;
 

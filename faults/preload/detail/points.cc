@@ -160,6 +160,7 @@ bool parse_term(span s, point_term& t) noexcept {
   else if (equals(name, "abort")) t.action = point_action::abort;
   else if (equals(name, "kill")) t.action = point_action::kill;
   else if (equals(name, "print")) t.action = point_action::print;
+  else if (equals(name, "stop")) t.action = point_action::stop;
   else return false;
   return true;
 }

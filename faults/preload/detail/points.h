@@ -2,7 +2,7 @@
 // (cuda_points.cc) — read from FAULTLINE_FAULTS without the fault engine: the agent must run in
 // any program and needs nothing but libc. This is the subset of the grammar of faults/spec.h
 // that such a point can use — `[P%][N*]action[(args)]` terms chained with `->`, actions off,
-// delay(duration), abort, kill, print, fail(code) and teardown(device) — found among the spec's
+// delay(duration), abort, kill, print, stop, fail(code) and teardown(device) — found among the spec's
 // items by exact name or trailing-`*` wildcard. The harness rejects actions a point cannot take
 // before anything runs, so here an item this parser does not understand is skipped whole.
 // Private to the agent; allocation-free and async-signal-safe where noted.
@@ -13,7 +13,7 @@
 
 namespace faultline::agent::detail {
 
-enum class point_action : std::uint8_t { off, delay, abort, kill, print, fail, teardown };
+enum class point_action : std::uint8_t { off, delay, abort, kill, print, fail, teardown, stop };
 
 /// teardown(device): the calling thread's current device.
 inline constexpr int current_device = -1;

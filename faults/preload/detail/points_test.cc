@@ -64,6 +64,10 @@ TEST(agent_points, reads_errno_names_and_filters_by_program) {
   EXPECT_FALSE(none.enabled);
   plan_point("process/start@python3=kill", "process/start", none, python);
   EXPECT_TRUE(none.enabled);
+  point_plan stop;
+  plan_point("fn/f=2*stop", "fn/f", stop);
+  ASSERT_TRUE(stop.enabled);
+  EXPECT_EQ(stop.terms[0].action, point_action::stop);
 }
 
 TEST(agent_points, exact_name_beats_wildcard_and_longer_wildcard_beats_shorter) {

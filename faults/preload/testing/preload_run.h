@@ -62,6 +62,16 @@ class preload_runner {
 
   /// Runs argv with the agent, FAULTLINE_FAULTS=spec (none when empty) and `extra` variables.
   finished run(const std::string& spec, std::vector<std::string> args, const std::vector<std::string>& extra = {}) {
+    finished f = start(spec, std::move(args), extra);
+    if (f.pid > 0) {
+      ::waitpid(f.pid, &f.status, 0);
+      collect(f);
+    }
+    return f;
+  }
+
+  /// Starts argv as run() does and returns at once (pid set; 0 when it could not start).
+  finished start(const std::string& spec, std::vector<std::string> args, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string kv = *e;
@@ -87,16 +97,19 @@ class preload_runner {
     posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     finished f;
-    const auto begin = std::chrono::steady_clock::now();
+    begin_ = std::chrono::steady_clock::now();
     const int rc = ::posix_spawnp(&f.pid, argv[0], &actions, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     EXPECT_EQ(rc, 0) << args[0];
-    if (rc != 0) return f;
-    ::waitpid(f.pid, &f.status, 0);
-    f.took = std::chrono::steady_clock::now() - begin;
-    f.out = slurp(out);
-    f.err = slurp(err);
+    if (rc != 0) f.pid = 0;
     return f;
+  }
+
+  /// The output so far and the time since start() (the status is the caller's).
+  void collect(finished& f) const {
+    f.took = std::chrono::steady_clock::now() - begin_;
+    f.out = slurp(dir_ / "out.txt");
+    f.err = slurp(dir_ / "err.txt");
   }
 
   /// points.PID of process `pid`.
@@ -118,6 +131,7 @@ class preload_runner {
  private:
   std::string preload_;
   std::filesystem::path dir_;
+  std::chrono::steady_clock::time_point begin_{};
 };
 
 }  // namespace faultline::agent::testing
