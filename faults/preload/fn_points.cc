@@ -10,6 +10,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -31,6 +32,10 @@ struct breakpoint {
   std::uint8_t original = 0;
   int item = -1;
   char point[max_symbol + 4] = {};  // "fn/" + symbol
+  // Threads stepping over it now: the breakpoint is set again only when the last one is done
+  // (set while another thread is about to run the restored first instruction, it would run the
+  // int3 instead and resume in the middle of that instruction).
+  std::atomic<int> steppers{0};
 };
 
 char spec_copy[max_spec + 1];
@@ -44,7 +49,16 @@ struct sigaction previous_trap {};
 constexpr std::uint8_t int3 = 0xCC;
 constexpr greg_t trap_flag = 0x100;
 
+// Writes to the code are serialised: two threads toggling one page's protection would otherwise
+// take it away from each other between mprotect and the store.
+std::atomic_flag writing = ATOMIC_FLAG_INIT;
+
 bool write_byte(std::uintptr_t address, std::uint8_t value) noexcept {
+  while (writing.test_and_set(std::memory_order_acquire)) {
+  }
+  struct release {
+    ~release() { writing.clear(std::memory_order_release); }
+  } unlock;
   const long page = ::sysconf(_SC_PAGESIZE);
   auto* start = reinterpret_cast<void*>(address & ~static_cast<std::uintptr_t>(page - 1));
   const std::size_t span = (address + 1 - reinterpret_cast<std::uintptr_t>(start)) > static_cast<std::size_t>(page)
@@ -70,10 +84,11 @@ void on_trap(int sig, siginfo_t* info, void* context) {
   auto* uc = static_cast<ucontext_t*>(context);
   greg_t& rip = uc->uc_mcontext.gregs[REG_RIP];
   greg_t& flags = uc->uc_mcontext.gregs[REG_EFL];
-  if (stepping >= 0 && (flags & trap_flag) != 0) {  // the first instruction ran: arm it again
-    (void)write_byte(breakpoints[stepping].address, int3);
+  if (stepping >= 0 && info->si_code == TRAP_TRACE) {  // the first instruction ran
+    breakpoint& b = breakpoints[stepping];
     flags &= ~trap_flag;
     stepping = -1;
+    if (b.steppers.fetch_sub(1, std::memory_order_acq_rel) == 1) (void)write_byte(b.address, int3);
     return;
   }
   for (unsigned i = 0; i < breakpoint_count; ++i) {
@@ -81,6 +96,7 @@ void on_trap(int sig, siginfo_t* info, void* context) {
     if (static_cast<std::uintptr_t>(rip) - 1 != b.address) continue;
     const detail::point_term t = items.hit(b.item, &preload::draw, &preload::record_reached);
     preload::act(t, b.point);
+    b.steppers.fetch_add(1, std::memory_order_acq_rel);
     (void)write_byte(b.address, b.original);
     rip = static_cast<greg_t>(b.address);
     flags |= trap_flag;
