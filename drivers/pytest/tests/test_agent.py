@@ -132,7 +132,7 @@ def test_an_exit_point_that_kills_a_child_is_no_crash_but_is_reported_reached(
 @pytest.mark.parametrize(
     "how, args, said",
     [
-        ("option", ["--faultline-faults=exit/end=fail"], "faultline: error: --faults: exit/end takes off, delay, abort, kill or print, not fail (*"),
+        ("option", ["--faultline-faults=exit/end=fail"], "faultline: error: --faults: exit/end takes off, delay, abort, kill, print or stop, not fail (*"),
         ("marker", [], "faultline: error: --faults: faults spec: column *, found 'fial'*"),
         ("missing binary", ["--faultline-bin=/nonexistent/faultline"], "--faultline-bin=/nonexistent/faultline: not an executable file"),
     ],
