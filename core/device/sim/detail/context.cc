@@ -280,6 +280,7 @@ void join_workers(context& c) noexcept {
   const std::uint32_t high = c.stream_high.load(std::memory_order_acquire);
   for (std::uint32_t i = 0; i < high; ++i) {
     stream_slot& s = c.streams[i];
+    std::lock_guard j(s.join_mutex);  // against a destroy_stream joining it now (close_stream)
     if (!s.worker.joinable()) continue;
     if (&s == tl_worker) {
       tl_orphaned = true;
@@ -341,7 +342,12 @@ status close_stream(stream_slot& s) noexcept {
     s.stop = true;
   }
   s.work_cv.notify_all();
-  s.worker.join();
+  {
+    // The context's teardown (join_workers) may be joining it at the same moment: joined twice,
+    // a thread is an error (std::system_error) or a hang.
+    std::lock_guard j(s.join_mutex);
+    if (s.worker.joinable()) s.worker.join();
+  }
   {
     // Ops queued by a racing producer after the drain never run; count them done so that a
     // worker reusing this slot does not replay them and events on them complete.

@@ -107,6 +107,7 @@ struct alignas(64) stream_slot {
   std::atomic<std::uint64_t> enqueued{0};   ///< ops ever queued (written under mutex)
   std::atomic<std::uint64_t> completed{0};  ///< ops finished (written under mutex)
   std::atomic<stream_slot*> waiting_on{nullptr};  ///< the stream a wait op is blocked on
+  std::mutex join_mutex;  ///< one joiner of `worker`: a destroy and the context's teardown may race
   std::thread worker;
   op ring[ring_ops];
 };
