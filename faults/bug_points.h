@@ -92,7 +92,7 @@ constexpr const bug_point_info* find_bug_point(std::string_view name) noexcept {
 namespace detail {
 constexpr bool is_point_name_char(char c) noexcept {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-         c == '.' || c == '/' || c == '-';
+         c == '.' || c == '/' || c == '-' || c == '+';
 }
 
 constexpr bool bug_catalog_is_valid() noexcept {

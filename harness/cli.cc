@@ -97,7 +97,8 @@ optional @program filter (process/start@python3*); lock/sem|mutex|file/wait|acqu
 process-shared locks, with an optional @function filter (lock/sem/acquired@lock_shrreg=kill). See
 the README's "CUDA fault points", "Process points" and "Lock points"; posix/... and libc/... are
 libfiu's POSIX preload's points (fail(ERRNO), delay, kill, abort, print), preloaded when named;
-fn/SYMBOL stands at the entry of a function of the program or its libraries (off, delay, abort,
+fn/SYMBOL stands at the entry of a function of the program or its libraries (fn/SYMBOL+OFFSET at
+a byte offset inside it, which must start an instruction) (off, delay, abort,
 kill, print, stop), found in the symbol tables: fn/lock_shrreg=kill. stop: the process stops
 (SIGSTOP) until continued or killed.)";
 
@@ -267,6 +268,19 @@ void check_agent_points(const faults::spec& spec) {
     const bool fn_point = std::string_view(item.point).starts_with("fn/");
     if (fn_point && item.is_wildcard())
       throw usage_error{"--faults: " + item.point + ": fn/ points name one function exactly (fn/lock_shrreg)"};
+    if (fn_point) {
+      const std::string_view name = std::string_view(item.point).substr(3);
+      const std::size_t plus = name.find('+');
+      std::string_view off = plus == std::string_view::npos ? std::string_view{} : name.substr(plus + 1);
+      const bool hex = off.starts_with("0x") || off.starts_with("0X");
+      if (hex) off.remove_prefix(2);
+      const bool digits = std::all_of(off.begin(), off.end(), [&](char c) {
+        return std::isdigit(static_cast<unsigned char>(c)) || (hex && std::isxdigit(static_cast<unsigned char>(c)));
+      });
+      if (plus == 0 || (plus != std::string_view::npos && (off.empty() || !digits)))
+        throw usage_error{"--faults: " + item.point +
+                          ": an fn/ point is fn/SYMBOL or fn/SYMBOL+OFFSET, a byte offset in decimal or 0x hex"};
+    }
     if (!item.filter.empty() && !start_point && !spawn_point && !lock_point)
       throw usage_error{"--faults: " + item.written() +
                         ": an @filter is for process/start and spawn/parent (a program) and lock/ (a function)"};

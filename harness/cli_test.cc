@@ -80,6 +80,9 @@ TEST(cli, refuses_what_the_agents_points_cannot_do) {
   expect_usage_error({"exec", "--faults", "lock/mutex/wait@f=pause(r)", "--", "true"}, "or fail(ERRNO), not pause");
   expect_usage_error({"exec", "--faults", "posix/io/rw/write=teardown(0)", "--", "true"}, "stop or fail(ERRNO), not teardown");
   expect_usage_error({"exec", "--faults", "fn/lock_*=kill", "--", "true"}, "fn/ points name one function exactly");
+  expect_usage_error({"exec", "--faults", "fn/lock_shrreg+0xZ=kill", "--", "true"},
+                     "fn/lock_shrreg+0xZ: an fn/ point is fn/SYMBOL or fn/SYMBOL+OFFSET");
+  expect_usage_error({"exec", "--faults", "fn/+4=kill", "--", "true"}, "an fn/ point is fn/SYMBOL or fn/SYMBOL+OFFSET");
   expect_usage_error({"exec", "--faults", "fn/lock_shrreg=fail", "--", "true"}, "fn/lock_shrreg takes off, delay, abort, kill, print or stop, not fail");
 }
 

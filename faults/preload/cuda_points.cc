@@ -9,8 +9,8 @@
 // return address are the caller's own: any signature passes through unchanged.
 //
 // dlsym() itself is a trampoline too: glibc answers RTLD_NEXT relative to the caller, found from
-// the return address, so every lookup this file does not replace is finished by a jump to
-// glibc's dlsym with the caller's return address still on the stack (and answers NULL, never
+// the return address, so every lookup this file does not replace is finished by a jump to the
+// next dlsym (glibc's, or a later preload's own) with the caller's return address still on the stack (and answers NULL, never
 // jumps to nowhere, in the unheard-of case that glibc's dlsym cannot be found).
 //
 // Unused (no cuda/ item in FAULTLINE_FAULTS), dlsym costs one call and a load, and no driver
@@ -226,7 +226,8 @@ void* stub_address(unsigned i) noexcept {
 dlsym_fn real_dlsym() noexcept {
   auto f = reinterpret_cast<dlsym_fn>(__atomic_load_n(&faultline_real_dlsym, __ATOMIC_ACQUIRE));
   if (f != nullptr) return f;
-  // dlvsym is not interposed: RTLD_NEXT from here is glibc's dlsym.
+  // dlvsym is not interposed: RTLD_NEXT from here is the dlsym the program would have had
+  // without the agent, glibc's or another preload's (HAMi-core's libvgpu.so exports one).
   void* found = ::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
   if (found == nullptr) found = ::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
   __atomic_store_n(&faultline_real_dlsym, found, __ATOMIC_RELEASE);

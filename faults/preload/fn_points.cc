@@ -111,9 +111,10 @@ void on_trap(int sig, siginfo_t* info, void* context) {
 struct symtab_search {
   const char* symbol;
   std::uintptr_t found;
+  std::uint64_t size;
 };
 
-std::uintptr_t search_file(const char* path, std::uintptr_t bias, const char* symbol) noexcept {
+std::uintptr_t search_file(const char* path, std::uintptr_t bias, const char* symbol, std::uint64_t* size_out) noexcept {
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   struct stat st {};
@@ -139,6 +140,7 @@ std::uintptr_t search_file(const char* path, std::uintptr_t bias, const char* sy
               continue;
             if (std::strcmp(base + strs.sh_offset + syms[k].st_name, symbol) == 0) {
               found = bias + syms[k].st_value;
+              *size_out = syms[k].st_size;
               break;
             }
           }
@@ -155,15 +157,53 @@ int search_object(dl_phdr_info* info, std::size_t, void* arg) {
   auto* s = static_cast<symtab_search*>(arg);
   const char* path = info->dlpi_name != nullptr && *info->dlpi_name != '\0' ? info->dlpi_name : "/proc/self/exe";
   if (std::strstr(path, "linux-vdso") != nullptr) return 0;
-  s->found = search_file(path, info->dlpi_addr, s->symbol);
+  s->found = search_file(path, info->dlpi_addr, s->symbol, &s->size);
   return s->found != 0 ? 1 : 0;
 }
 
-std::uintptr_t resolve(const char* symbol) noexcept {
-  if (void* p = ::dlsym(RTLD_DEFAULT, symbol)) return reinterpret_cast<std::uintptr_t>(p);
-  symtab_search s{symbol, 0};
+// The address of `symbol` and its size in bytes (0 where the symbol table does not say).
+std::uintptr_t resolve(const char* symbol, std::uint64_t* size) noexcept {
+  *size = 0;
+  if (void* p = ::dlsym(RTLD_DEFAULT, symbol)) {
+    Dl_info info{};
+    void* entry = nullptr;
+    if (::dladdr1(p, &info, &entry, RTLD_DL_SYMENT) != 0 && entry != nullptr) {
+      *size = static_cast<const Elf64_Sym*>(entry)->st_size;
+    }
+    return reinterpret_cast<std::uintptr_t>(p);
+  }
+  symtab_search s{symbol, 0, 0};
   ::dl_iterate_phdr(&search_object, &s);
+  *size = s.size;
   return s.found;
+}
+
+// Splits "SYMBOL+OFFSET" (decimal or 0x hex) in place: the '+' becomes the symbol's end. False
+// when what follows '+' is not a number.
+bool split_offset(char* symbol, std::uint64_t* offset) noexcept {
+  *offset = 0;
+  char* plus = std::strchr(symbol, '+');
+  if (plus == nullptr) return true;
+  const char* digits = plus + 1;
+  unsigned base = 10;
+  if (digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')) {
+    base = 16;
+    digits += 2;
+  }
+  if (*digits == '\0') return false;
+  std::uint64_t v = 0;
+  for (const char* c = digits; *c != '\0'; ++c) {
+    unsigned d;
+    if (*c >= '0' && *c <= '9') d = static_cast<unsigned>(*c - '0');
+    else if (base == 16 && *c >= 'a' && *c <= 'f') d = static_cast<unsigned>(*c - 'a' + 10);
+    else if (base == 16 && *c >= 'A' && *c <= 'F') d = static_cast<unsigned>(*c - 'A' + 10);
+    else return false;
+    if (v > (UINT64_MAX - d) / base) return false;
+    v = v * base + d;
+  }
+  *plus = '\0';
+  *offset = v;
+  return true;
 }
 
 }  // namespace
@@ -179,12 +219,26 @@ bool install(const char* spec) noexcept {
     breakpoint& b = breakpoints[breakpoint_count];
     std::memcpy(b.point, at, n);
     b.point[n] = '\0';
-    b.address = resolve(b.point + 3);
+    char symbol[max_symbol + 1];
+    std::memcpy(symbol, at + 3, n - 3);
+    symbol[n - 3] = '\0';
+    std::uint64_t offset = 0, size = 0;
+    if (!split_offset(symbol, &offset)) {
+      err.str("faultline-agent: ").str(b.point).str(": the offset after '+' is not a number\n");
+      return;
+    }
+    b.address = resolve(symbol, &size);
     b.item = b.address != 0 ? items.find(spec_copy, b.point) : -1;
     if (b.address == 0 || b.item < 0) {
       err.str("faultline-agent: ").str(b.point).str(": no such function in the program or its libraries\n");
       return;
     }
+    if (offset != 0 && (size == 0 || offset >= size)) {
+      err.str("faultline-agent: ").str(b.point).str(": the offset is not inside the function (")
+          .dec(static_cast<std::int64_t>(size)).str(" bytes)\n");
+      return;
+    }
+    b.address += offset;
     b.original = *reinterpret_cast<const std::uint8_t*>(b.address);
     ++breakpoint_count;
   });

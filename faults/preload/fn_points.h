@@ -1,10 +1,12 @@
 // fn/<symbol> fault points for any program (fn_points.cc): the entry of a named function of the
 // program or of a library loaded at its start, found in the dynamic symbol table or, failing that,
 // the ELF symbol table of its file (no debug info needed): fn/lock_shrreg=kill,
-// fn/_ZN3rmm2mr...=delay(50ms). Actions: delay, kill, abort, print, and stop: the process stops
+// fn/_ZN3rmm2mr...=delay(50ms). fn/SYMBOL+OFFSET (decimal or 0x hex) stands at a byte offset
+// inside the function instead, which must start an instruction (read it from objdump -d): the
+// place a kill leaves a half-done update behind. Actions: delay, kill, abort, print, and stop: the process stops
 // there (SIGSTOP) until the harness, a test or a person continues it (SIGCONT) or kills it.
 //
-// How: the function's first byte becomes a breakpoint (int3). The agent's SIGTRAP handler, on a
+// How: the function's first byte (or the offset's) becomes a breakpoint (int3). The agent's SIGTRAP handler, on a
 // breakpoint of its own, acts, puts the original byte back and single-steps the first instruction
 // (the trap flag), then sets the breakpoint again; any other SIGTRAP goes to the handler that was
 // there before (the agent's crash report). While one thread steps over a breakpoint, another

@@ -85,6 +85,31 @@ TEST(fn_points, an_unknown_function_is_named_on_stderr_and_nothing_changes) {
   EXPECT_NE(f.err.find("fn/no_such_function_anywhere: no such function"), std::string::npos) << f.err;
 }
 
+TEST(fn_points, an_offset_stands_inside_the_function_and_it_still_runs) {
+  testing::preload_runner r(preload_library);
+  // fn_asm_step's second instruction starts at byte 3: the point is reached there, once per call,
+  // and stepping over it from the middle of the function leaves every result right.
+  auto f = r.run("fn/fn_asm_step+3=print", {child_program, "inside", "6"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "inside " + std::to_string(sum(6)) + "\n");
+  EXPECT_EQ(count(f.err, "fault point fn/fn_asm_step+3 reached"), 6u) << f.err;
+  auto hex = r.run("fn/fn_asm_step+0x3=2*kill", {child_program, "inside", "5"});
+  ASSERT_TRUE(WIFSIGNALED(hex.status)) << hex.err;
+  EXPECT_EQ(WTERMSIG(hex.status), SIGKILL);
+}
+
+TEST(fn_points, an_offset_past_the_function_or_not_a_number_is_named_and_nothing_changes) {
+  testing::preload_runner r(preload_library);
+  auto past = r.run("fn/fn_asm_step+9=kill", {child_program, "inside", "2"});
+  ASSERT_TRUE(exited_0(past)) << past.err;
+  EXPECT_EQ(past.out, "inside 4\n");
+  EXPECT_NE(past.err.find("fn/fn_asm_step+9: the offset is not inside the function (9 bytes)"), std::string::npos)
+      << past.err;
+  auto bad = r.run("fn/fn_asm_step+x1=kill", {child_program, "inside", "2"});
+  ASSERT_TRUE(exited_0(bad)) << bad.err;
+  EXPECT_NE(bad.err.find("fn/fn_asm_step+x1: the offset after '+' is not a number"), std::string::npos) << bad.err;
+}
+
 TEST(fn_points, a_sigtrap_of_the_program_still_reaches_the_crash_report) {
   testing::preload_runner r(preload_library);
   // With a breakpoint set, a SIGTRAP that is none of its own still reaches the agent's crash

@@ -2,6 +2,7 @@
 //   exported N   calls fn_exported_step(k) for k < N (in the dynamic symbol table): "exported SUM"
 //   hidden N     the same through fn_hidden_step (a static function: the ELF symbol table only)
 //   threads N    4 threads each call fn_exported_step N times: "threads SUM"
+//   inside N     calls fn_asm_step(k), whose second instruction starts at byte 3, for fn/...+3
 //   trap 0       raise(SIGTRAP): a trap that is no breakpoint
 // Each step function returns 2k + 1, so SUM says whether every call ran its first instruction.
 #include <csignal>
@@ -16,6 +17,19 @@ extern "C" [[gnu::noinline]] long fn_exported_step(long k) {
   return 2 * k + 1;
 }
 
+// 2k + 1 in three instructions of known sizes: mov (3 bytes), lea (5 bytes), ret (1): 9 bytes long.
+asm(R"(
+    .text
+    .globl fn_asm_step
+    .type fn_asm_step, @function
+fn_asm_step:
+    movq %rdi, %rax
+    leaq 1(%rax,%rax), %rax
+    ret
+    .size fn_asm_step, . - fn_asm_step
+)");
+extern "C" long fn_asm_step(long k);
+
 namespace {
 
 [[gnu::noinline, gnu::used]] long fn_hidden_step(long k) {
@@ -25,6 +39,7 @@ namespace {
 
 long (*volatile exported)(long) = &fn_exported_step;
 long (*volatile hidden)(long) = &fn_hidden_step;
+long (*volatile inside)(long) = &fn_asm_step;
 
 }  // namespace
 
@@ -36,6 +51,8 @@ int main(int argc, char** argv) {
       for (long k = 0; k < n; ++k) sum += exported(k);
     } else if (std::strcmp(argv[i], "hidden") == 0) {
       for (long k = 0; k < n; ++k) sum += hidden(k);
+    } else if (std::strcmp(argv[i], "inside") == 0) {
+      for (long k = 0; k < n; ++k) sum += inside(k);
     } else if (std::strcmp(argv[i], "threads") == 0) {
       std::vector<long> sums(4, 0);
       std::vector<std::thread> threads;
