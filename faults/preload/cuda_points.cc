@@ -226,10 +226,15 @@ void* stub_address(unsigned i) noexcept {
 dlsym_fn real_dlsym() noexcept {
   auto f = reinterpret_cast<dlsym_fn>(__atomic_load_n(&faultline_real_dlsym, __ATOMIC_ACQUIRE));
   if (f != nullptr) return f;
-  // dlvsym is not interposed: RTLD_NEXT from here is the dlsym the program would have had
-  // without the agent, glibc's or another preload's (HAMi-core's libvgpu.so exports one).
-  void* found = ::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-  if (found == nullptr) found = ::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+  // glibc's dlsym, by its version (dlvsym is not interposed)...
+  void* glibc = ::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+  if (glibc == nullptr) glibc = ::dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+  // ...asked for the next dlsym after this library, of any version: the one the program would
+  // have had without the agent. That is glibc's, or a later preload's own: HAMi-core's
+  // libvgpu.so exports an unversioned dlsym, which a versioned lookup passes over (dlvsym
+  // matches hidden), and without it HAMi-core never sees the CUDA runtime's lookups.
+  void* next = glibc != nullptr ? reinterpret_cast<dlsym_fn>(glibc)(RTLD_NEXT, "dlsym") : nullptr;
+  void* found = next != nullptr ? next : glibc;
   __atomic_store_n(&faultline_real_dlsym, found, __ATOMIC_RELEASE);
   return reinterpret_cast<dlsym_fn>(found);
 }

@@ -52,6 +52,17 @@ TEST_F(cuda_points, without_a_cuda_item_every_call_reaches_the_driver) {
   EXPECT_EQ(f.out, "free rc=0\nfree-direct rc=0\nmany rc=0\nfake: frees=2 last=0x5678 resets=0 reset_device=-1 many=359.0\n");
 }
 
+// A program that preloads its own dlsym after the agent (HAMi-core's libvgpu.so does) keeps it:
+// the agent passes every lookup it does not replace on to the next dlsym, not to glibc's.
+TEST(cuda_points_dlsym, a_later_preloads_dlsym_still_answers_with_or_without_cuda_items) {
+  testing::preload_runner r(preload_library + ":" + FAULTLINE_DLSYM_INTERPOSER);
+  for (const char* spec : {"exit/end=off", "cuda/cuMemFree_v2=fail(CUDA_ERROR_INVALID_VALUE)"}) {
+    auto f = r.run(spec, {child_program, fake_driver, "interposed", "free"});
+    ASSERT_TRUE(exited_0(f)) << spec << ": " << f.err;
+    EXPECT_EQ(f.out, std::string("interposed yes\nfree rc=") + (spec[0] == 'c' ? "1" : "0") + "\n") << spec;
+  }
+}
+
 TEST_F(cuda_points, fail_answers_the_error_without_calling_the_driver) {
   auto f = run("cuda/cuMemFree_v2=fail(CUDA_ERROR_INVALID_VALUE)", {"free", "free-direct", "alloc", "report"});
   ASSERT_TRUE(exited_0(f)) << f.err;

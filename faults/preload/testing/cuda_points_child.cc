@@ -7,6 +7,8 @@
 //   many         cuManyArgs with eight integers and three doubles: "many rc=N"
 //   device=N     makes N the current device (for teardown(device))
 //   report       the fake's counters: "fake: frees=... resets=... many=..."
+//   interposed   whether dlsym(RTLD_DEFAULT, "faultline_interposed_marker") answers: only a
+//                preloaded dlsym of the test's (testing/dlsym_interposer.cc) does: "interposed yes|no"
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -61,6 +63,8 @@ int main(int argc, char** argv) {
     } else if (std::strncmp(step, "device=", 7) == 0) {
       auto f = reinterpret_cast<int (*)(int)>(must(dlsym(cuda, "cuCtxSetCurrentDevice_fake"), "device setter"));
       f(std::atoi(step + 7));
+    } else if (std::strcmp(step, "interposed") == 0) {
+      std::printf("interposed %s\n", dlsym(RTLD_DEFAULT, "faultline_interposed_marker") != nullptr ? "yes" : "no");
     } else if (std::strcmp(step, "report") == 0) {
       reinterpret_cast<void (*)()>(must(dlsym(cuda, "fake_cuda_report"), "fake_cuda_report"))();
     } else {
