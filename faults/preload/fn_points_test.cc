@@ -110,6 +110,19 @@ TEST(fn_points, an_offset_past_the_function_or_not_a_number_is_named_and_nothing
   EXPECT_NE(bad.err.find("fn/fn_asm_step+x1: the offset after '+' is not a number"), std::string::npos) << bad.err;
 }
 
+TEST(fn_points, each_process_draws_a_probability_on_its_own) {
+  testing::preload_runner r(preload_library);
+  // 24 forked children each hit the point once at 50%: drawn from one shared stream, all would
+  // die or none would (the same draw in each); drawn apart, both outcomes happen (all or none:
+  // odds of 1 in 8 million).
+  auto f = r.run("fn/fn_exported_step=50%kill", {child_program, "fork", "24"}, {"FAULTLINE_SEED=7"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  ASSERT_EQ(f.out.rfind("fork killed=", 0), 0u) << f.out;
+  const int killed = std::stoi(f.out.substr(12));
+  EXPECT_GT(killed, 0) << f.out;
+  EXPECT_LT(killed, 24) << f.out;
+}
+
 TEST(fn_points, a_sigtrap_of_the_program_still_reaches_the_crash_report) {
   testing::preload_runner r(preload_library);
   // With a breakpoint set, a SIGTRAP that is none of its own still reaches the agent's crash

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "faults/preload/detail/next_symbol.h"
 #include "faults/preload/detail/plan_table.h"
 #include "faults/preload/preload_points.h"
 
@@ -75,7 +76,7 @@ int hit(const char* point) noexcept {
 
 template <class F>
 F next(const char* name) noexcept {
-  return reinterpret_cast<F>(::dlsym(RTLD_NEXT, name));
+  return reinterpret_cast<F>(detail::next_symbol(name));
 }
 
 using sem_fn = int (*)(sem_t*);

@@ -39,6 +39,17 @@ TEST(lock_points, without_an_item_every_lock_works) {
             "mutex-private lock=0 unlock=0\nflock lock=0 unlock=0\nfcntl lock=0 unlock=0\n");
 }
 
+// A later preload whose dlsym takes a mutex (HAMi-core's libvgpu.so): the wrappers find their
+// next functions through glibc's dlsym, not through it, or its mutex would call them back forever.
+TEST(lock_points, a_later_preloads_dlsym_that_takes_a_mutex_does_not_loop_the_wrappers) {
+  testing::preload_runner r(preload + ":" + FAULTLINE_DLSYM_INTERPOSER);
+  auto f = r.run("lock/*=print", every_kind(r));
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out,
+            "sem-shared wait=0 release=0\nsem-private wait=0 release=0\nmutex-shared lock=0 unlock=0\n"
+            "mutex-private lock=0 unlock=0\nflock lock=0 unlock=0\nfcntl lock=0 unlock=0\n");
+}
+
 TEST(lock_points, shared_objects_pass_every_point_and_private_ones_none) {
   testing::preload_runner r(preload);
   auto f = r.run("lock/*=print", every_kind(r));

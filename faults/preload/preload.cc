@@ -35,6 +35,7 @@
 #include "faults/random.h"
 #include "core/host_ids.h"
 #include "faults/preload/agent.h"
+#include "faults/preload/detail/next_symbol.h"
 #include "faults/preload/detail/points.h"
 #include "faults/preload/detail/text.h"
 #include "faults/preload/cuda_points.h"
@@ -79,7 +80,7 @@ void exit_end_handler(void*) { hit_exit_point(exit_end_plan, "exit/end"); }
 
 exit_fn next_exit() {
   if (real_exit == nullptr) {
-    real_exit = reinterpret_cast<exit_fn>(::dlsym(RTLD_NEXT, "exit"));
+    real_exit = reinterpret_cast<exit_fn>(faultline::agent::detail::next_symbol("exit"));
     if (real_exit == nullptr) die("exit");
   }
   return real_exit;
@@ -127,10 +128,14 @@ int wrapped_main(int argc, char** argv, char** envp) {
 
 }  // namespace
 
+namespace faultline::agent {
+bool started_main() noexcept { return real_main != nullptr; }
+}  // namespace faultline::agent
+
 extern "C" [[gnu::visibility("default")]] int __libc_start_main(
     main_fn main, int argc, char** argv, void (*init)(), void (*fini)(), void (*rtld_fini)(),
     void* stack_end) {
-  auto next = reinterpret_cast<start_main_fn>(::dlsym(RTLD_NEXT, "__libc_start_main"));
+  auto next = reinterpret_cast<start_main_fn>(faultline::agent::detail::next_symbol("__libc_start_main"));
   if (next == nullptr) die("__libc_start_main");
   real_main = main;
   // Registered before the real __libc_start_main registers the loader's exit handler, and before

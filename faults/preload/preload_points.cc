@@ -1,6 +1,7 @@
 #include "faults/preload/preload_points.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,9 +38,43 @@ void open_points_file(const char* run_dir) noexcept {
   points_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 }
 
+namespace {
+
+std::uint64_t base_seed = 0;
+pid_t seed_owner = 0;  // the run's first process: it draws from the seed itself
+
+std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64's finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+void reseed_for(pid_t pid) noexcept {
+  point_rng.reseed(pid == seed_owner ? base_seed : mix(base_seed ^ mix(static_cast<std::uint64_t>(pid))));
+}
+
+void reseed_in_child() noexcept { reseed_for(core::host_pid()); }
+
+}  // namespace
+
 void seed_points(const char* seed_text) noexcept {
-  std::uint64_t seed = 0;
-  if (detail::parse_seed_text(seed_text, seed)) point_rng.reseed(seed);
+  if (!detail::parse_seed_text(seed_text, base_seed)) return;
+  // FAULTLINE_SEED_PID names the run's first process: the first library to seed in it sets it,
+  // and every process started from it inherits it.
+  const pid_t self = core::host_pid();
+  const char* owner = std::getenv("FAULTLINE_SEED_PID");
+  std::uint64_t parsed = 0;
+  if (owner == nullptr || !detail::parse_seed_text(owner, parsed)) {
+    detail::fixed_string<24> text;
+    text.dec(static_cast<std::uint64_t>(self));
+    ::setenv("FAULTLINE_SEED_PID", text.c_str(), 0);
+    parsed = static_cast<std::uint64_t>(self);
+  }
+  seed_owner = static_cast<pid_t>(parsed);
+  reseed_for(self);
+  static bool registered = false;
+  if (!registered) registered = ::pthread_atfork(nullptr, nullptr, &reseed_in_child) == 0;
 }
 
 void record_reached(const char* pattern) noexcept {

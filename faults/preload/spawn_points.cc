@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "faults/preload/agent.h"
+#include "faults/preload/detail/next_symbol.h"
 #include "faults/preload/detail/plan_table.h"
 #include "faults/preload/detail/text.h"
 #include "faults/preload/preload_points.h"
@@ -166,15 +167,15 @@ extern "C" [[gnu::visibility("default")]] pid_t fork() {
 // glibc's functions, resolved by the first wrapper called or the preload's constructor,
 // whichever comes first (posix_spawnp last: it says all are there).
 extern "C" void faultline_spawn_resolve() noexcept {
-  real_fork = reinterpret_cast<fork_fn>(::dlsym(RTLD_NEXT, "fork"));
-  __atomic_store_n(&faultline_real_vfork, ::dlsym(RTLD_NEXT, "vfork"), __ATOMIC_RELEASE);
-  __atomic_store_n(&faultline_real_clone, ::dlsym(RTLD_NEXT, "clone"), __ATOMIC_RELEASE);
-  __atomic_store_n(&faultline_real_execve, ::dlsym(RTLD_NEXT, "execve"), __ATOMIC_RELEASE);
-  __atomic_store_n(&faultline_real_execv, ::dlsym(RTLD_NEXT, "execv"), __ATOMIC_RELEASE);
-  __atomic_store_n(&faultline_real_execvp, ::dlsym(RTLD_NEXT, "execvp"), __ATOMIC_RELEASE);
-  __atomic_store_n(&faultline_real_execvpe, ::dlsym(RTLD_NEXT, "execvpe"), __ATOMIC_RELEASE);
-  __atomic_store_n(&faultline_real_posix_spawn, ::dlsym(RTLD_NEXT, "posix_spawn"), __ATOMIC_RELEASE);
-  __atomic_store_n(&faultline_real_posix_spawnp, ::dlsym(RTLD_NEXT, "posix_spawnp"), __ATOMIC_RELEASE);
+  real_fork = reinterpret_cast<fork_fn>(faultline::agent::detail::next_symbol("fork"));
+  __atomic_store_n(&faultline_real_vfork, faultline::agent::detail::next_symbol("vfork"), __ATOMIC_RELEASE);
+  __atomic_store_n(&faultline_real_clone, faultline::agent::detail::next_symbol("clone"), __ATOMIC_RELEASE);
+  __atomic_store_n(&faultline_real_execve, faultline::agent::detail::next_symbol("execve"), __ATOMIC_RELEASE);
+  __atomic_store_n(&faultline_real_execv, faultline::agent::detail::next_symbol("execv"), __ATOMIC_RELEASE);
+  __atomic_store_n(&faultline_real_execvp, faultline::agent::detail::next_symbol("execvp"), __ATOMIC_RELEASE);
+  __atomic_store_n(&faultline_real_execvpe, faultline::agent::detail::next_symbol("execvpe"), __ATOMIC_RELEASE);
+  __atomic_store_n(&faultline_real_posix_spawn, faultline::agent::detail::next_symbol("posix_spawn"), __ATOMIC_RELEASE);
+  __atomic_store_n(&faultline_real_posix_spawnp, faultline::agent::detail::next_symbol("posix_spawnp"), __ATOMIC_RELEASE);
 }
 
 namespace faultline::agent::spawn_points {

@@ -4,7 +4,11 @@
 //   threads N    4 threads each call fn_exported_step N times: "threads SUM"
 //   inside N     calls fn_asm_step(k), whose second instruction starts at byte 3, for fn/...+3
 //   trap 0       raise(SIGTRAP): a trap that is no breakpoint
+//   fork N       N forked children call fn_exported_step once each: "fork killed=K" (by SIGKILL)
 // Each step function returns 2k + 1, so SUM says whether every call ran its first instruction.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -63,6 +67,18 @@ int main(int argc, char** argv) {
       }
       for (auto& t : threads) t.join();
       for (long s : sums) sum += s;
+    } else if (std::strcmp(argv[i], "fork") == 0) {
+      for (long k = 0; k < n; ++k) {
+        const pid_t pid = fork();
+        if (pid == 0) _exit(exported(k) == 2 * k + 1 ? 0 : 1);
+      }
+      int status = 0;
+      while (wait(&status) > 0) {
+        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ++sum;
+      }
+      std::printf("fork killed=%ld\n", sum);
+      std::fflush(stdout);
+      continue;
     } else if (std::strcmp(argv[i], "trap") == 0) {
       std::raise(SIGTRAP);
     } else {
