@@ -801,6 +801,11 @@ bool installed() noexcept { return agent_active.load(std::memory_order_acquire);
 
 const char* run_dir() noexcept { return installed() ? run_dir_path : nullptr; }
 
+long process_index() noexcept {
+  if (!installed() || own_slot == nullptr || phase_table == nullptr) return -1;
+  return static_cast<long>(own_slot - reinterpret_cast<phase_slot*>(phase_table + phase_slot_bytes));
+}
+
 bool record_late_cuda(const char* api, int result) noexcept {
   static std::atomic<unsigned> recorded{0};
   if (api == nullptr || !installed()) return false;

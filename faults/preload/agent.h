@@ -74,6 +74,12 @@ install_result install() noexcept;
 /// from). Async-signal-safe.
 [[nodiscard]] bool installed() noexcept;
 
+/// This process's place among the run's processes: the index of its slot in the run's phase
+/// table, handed out in the order the processes started (0: the run's first process; an exec
+/// keeps it, a forked child gets its own); -1 without a table or when the agent is not installed.
+/// Async-signal-safe.
+[[nodiscard]] long process_index() noexcept;
+
 /// The absolute run directory the agent writes to, or nullptr when it is not installed. The
 /// string lives for the whole process. Async-signal-safe.
 [[nodiscard]] const char* run_dir() noexcept;

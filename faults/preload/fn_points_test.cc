@@ -115,6 +115,7 @@ TEST(fn_points, each_process_draws_a_probability_on_its_own) {
   // 24 forked children each hit the point once at 50%: drawn from one shared stream, all would
   // die or none would (the same draw in each); drawn apart, both outcomes happen (all or none:
   // odds of 1 in 8 million).
+  r.make_phase_table();  // as the runner does: it gives each process its place
   auto f = r.run("fn/fn_exported_step=50%kill", {child_program, "fork", "24"}, {"FAULTLINE_SEED=7"});
   ASSERT_TRUE(exited_0(f)) << f.err;
   ASSERT_EQ(f.out.rfind("fork killed=", 0), 0u) << f.out;

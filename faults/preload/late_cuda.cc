@@ -112,6 +112,8 @@ void enable_runtime_points(void* cupti) {
   }
 }
 
+void arm_at_exit() { faultline::agent::arm_late_cuda(); }
+
 }  // namespace
 
 extern "C" [[gnu::visibility("default")]] int InitializeInjection() {
@@ -134,6 +136,11 @@ extern "C" [[gnu::visibility("default")]] int InitializeInjection() {
   if (sub != CUPTI_SUCCESS) return 1;
   subscribed.store(true);
   if (points) enable_runtime_points(cupti);
+  // Loaded by CUDA into a program this library did not start (its main is not wrapped): arm from
+  // an exit handler. It runs before every exit handler and static destructor registered before
+  // CUDA started (a static pool made before its first CUDA call, whose destructor then runs after
+  // the runtime's teardown), so it is armed before their late calls.
+  if (late_on && !faultline::agent::started_main()) std::atexit(&arm_at_exit);
   enable_when_ready();
   return 1;
 }

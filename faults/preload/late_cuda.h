@@ -8,4 +8,10 @@ namespace faultline::agent {
 /// nothing more until CUDA has called InitializeInjection (it enables the callbacks then).
 void arm_late_cuda() noexcept;
 
+/// True when this library's __libc_start_main ran: it was preloaded, and its exit hooks arm
+/// late_cuda. False when CUDA loaded it as the injection library into a program that was not
+/// started with it (a scenario binary that links the agent statically, under `faultline run
+/// --late-cuda`): then InitializeInjection arms it from an exit handler instead (preload.cc).
+[[nodiscard]] bool started_main() noexcept;
+
 }  // namespace faultline::agent

@@ -50,6 +50,19 @@ TEST(lock_points, a_later_preloads_dlsym_that_takes_a_mutex_does_not_loop_the_wr
             "mutex-private lock=0 unlock=0\nflock lock=0 unlock=0\nfcntl lock=0 unlock=0\n");
 }
 
+TEST(lock_points, each_process_draws_a_probability_on_its_own) {
+  testing::preload_runner r(preload);
+  // 24 forked children each reach lock/sem/wait once at 50%: both outcomes happen when each
+  // process draws from its own stream (all or none: odds of 1 in 8 million).
+  r.make_phase_table();  // as the runner does: it gives each process its place
+  auto f = r.run("lock/sem/wait=50%kill", {child_program, "sem-fork", "24"}, {"FAULTLINE_SEED=11"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  ASSERT_EQ(f.out.rfind("sem-fork killed=", 0), 0u) << f.out;
+  const int killed = std::stoi(f.out.substr(16));
+  EXPECT_GT(killed, 0) << f.out;
+  EXPECT_LT(killed, 24) << f.out;
+}
+
 TEST(lock_points, shared_objects_pass_every_point_and_private_ones_none) {
   testing::preload_runner r(preload);
   auto f = r.run("lock/*=print", every_kind(r));

@@ -132,6 +132,11 @@ namespace faultline::agent {
 bool started_main() noexcept { return real_main != nullptr; }
 }  // namespace faultline::agent
 
+// For the lock/ points' library (preload_points.cc): which stream this process draws from.
+extern "C" [[gnu::visibility("default")]] long faultline_agent_process_index() noexcept {
+  return faultline::agent::process_index();
+}
+
 extern "C" [[gnu::visibility("default")]] int __libc_start_main(
     main_fn main, int argc, char** argv, void (*init)(), void (*fini)(), void (*rtld_fini)(),
     void* stack_end) {

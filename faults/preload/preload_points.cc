@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <csignal>
@@ -12,6 +13,7 @@
 #include <cstring>
 
 #include "core/host_ids.h"
+#include "faults/preload/detail/next_symbol.h"
 #include "faults/preload/detail/text.h"
 #include "faults/preload/protocol.h"
 #include "faults/random.h"
@@ -41,7 +43,9 @@ void open_points_file(const char* run_dir) noexcept {
 namespace {
 
 std::uint64_t base_seed = 0;
-pid_t seed_owner = 0;  // the run's first process: it draws from the seed itself
+// Whether this process's stream was picked (again false in a forked child): picked at the first
+// draw, when the agent has its place among the run's processes.
+std::atomic<bool> stream_picked{false};
 
 std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64's finaliser
   x += 0x9e3779b97f4a7c15ULL;
@@ -50,31 +54,28 @@ std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64's finaliser
   return x ^ (x >> 31);
 }
 
-void reseed_for(pid_t pid) noexcept {
-  point_rng.reseed(pid == seed_owner ? base_seed : mix(base_seed ^ mix(static_cast<std::uint64_t>(pid))));
+void pick_stream() noexcept {
+  using index_fn = long (*)() noexcept;
+  detail::dlsym_fn look = detail::glibc_dlsym();
+  auto index = reinterpret_cast<index_fn>(look != nullptr ? look(RTLD_DEFAULT, "faultline_agent_process_index") : nullptr);
+  const long k = index != nullptr ? index() : -1;
+  // The run's first process draws from the seed itself, every other from the seed and its place.
+  // Without a place (no phase table in the run directory: faultline's runner always makes one)
+  // every process draws from the seed itself.
+  point_rng.reseed(k <= 0 ? base_seed : mix(base_seed ^ mix(static_cast<std::uint64_t>(k))));
+  stream_picked.store(true, std::memory_order_release);
 }
 
-void reseed_in_child() noexcept { reseed_for(core::host_pid()); }
+void repick_in_child() noexcept { stream_picked.store(false, std::memory_order_relaxed); }
 
 }  // namespace
 
 void seed_points(const char* seed_text) noexcept {
   if (!detail::parse_seed_text(seed_text, base_seed)) return;
-  // FAULTLINE_SEED_PID names the run's first process: the first library to seed in it sets it,
-  // and every process started from it inherits it.
-  const pid_t self = core::host_pid();
-  const char* owner = std::getenv("FAULTLINE_SEED_PID");
-  std::uint64_t parsed = 0;
-  if (owner == nullptr || !detail::parse_seed_text(owner, parsed)) {
-    detail::fixed_string<24> text;
-    text.dec(static_cast<std::uint64_t>(self));
-    ::setenv("FAULTLINE_SEED_PID", text.c_str(), 0);
-    parsed = static_cast<std::uint64_t>(self);
-  }
-  seed_owner = static_cast<pid_t>(parsed);
-  reseed_for(self);
+  point_rng.reseed(base_seed);
+  stream_picked.store(false, std::memory_order_relaxed);
   static bool registered = false;
-  if (!registered) registered = ::pthread_atfork(nullptr, nullptr, &reseed_in_child) == 0;
+  if (!registered) registered = ::pthread_atfork(nullptr, nullptr, &repick_in_child) == 0;
 }
 
 void record_reached(const char* pattern) noexcept {
@@ -84,7 +85,10 @@ void record_reached(const char* pattern) noexcept {
   if (!line.overflowed()) (void)!::write(points_fd, line.c_str(), std::strlen(line.c_str()));
 }
 
-std::uint64_t draw() noexcept { return point_rng.next(); }
+std::uint64_t draw() noexcept {
+  if (!stream_picked.load(std::memory_order_acquire)) pick_stream();
+  return point_rng.next();
+}
 
 void act(const detail::point_term& t, const char* name) noexcept {
   switch (t.action) {

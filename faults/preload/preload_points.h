@@ -16,11 +16,11 @@ namespace faultline::agent::preload {
 void open_points_file(const char* run_dir) noexcept;
 
 /// Seeds the generator from FAULTLINE_SEED's text (decimal or 0x hex; ignored when malformed).
-/// Every process of a run draws from a stream of its own: the run's first process from the seed
-/// itself (a run of one process replays exactly from its seed), every other one (exec'd or forked)
-/// from the seed mixed with its pid, so that a point's probability decides in each process apart
-/// (with the same stream, four identical workers under 25%kill would all die or all live). The
-/// first process is the one that seeded first: it sets FAULTLINE_SEED_PID, which the others inherit.
+/// Every process of a run draws from a stream of its own, picked at its first draw: the run's first
+/// process from the seed itself (a run of one process replays exactly from its seed), every other
+/// one (exec'd or forked) from the seed mixed with its place among the run's processes (the
+/// agent's process_index(); without a phase table, the seed itself too), so that a point's probability decides in each
+/// process apart: with one stream, four identical workers under 25%kill would all die or all live.
 void seed_points(const char* seed_text) noexcept;
 
 /// Appends the item's pattern to points.PID (protocol.h): the harness reports items that no run

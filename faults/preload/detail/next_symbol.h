@@ -11,8 +11,10 @@ namespace faultline::agent::detail {
 
 /// The definition of `name` after the calling library in the lookup order, or nullptr. Inline
 /// and hidden: each library has its own copy, so glibc reads "next" relative to that library.
-inline void* next_symbol(const char* name) noexcept {
-  using dlsym_fn = void* (*)(void*, const char*);
+using dlsym_fn = void* (*)(void*, const char*);
+
+/// glibc's own dlsym (nullptr if it cannot be found), looked up once.
+inline dlsym_fn glibc_dlsym() noexcept {
   // Constant-initialised (no guard: the agent needs no libstdc++); a race only looks it up twice.
   static dlsym_fn glibc = nullptr;
   dlsym_fn f = __atomic_load_n(&glibc, __ATOMIC_ACQUIRE);
@@ -23,6 +25,11 @@ inline void* next_symbol(const char* name) noexcept {
     f = reinterpret_cast<dlsym_fn>(found);
     __atomic_store_n(&glibc, f, __ATOMIC_RELEASE);
   }
+  return f;
+}
+
+inline void* next_symbol(const char* name) noexcept {
+  dlsym_fn f = glibc_dlsym();
   return f != nullptr ? f(RTLD_NEXT, name) : nullptr;
 }
 

@@ -10,6 +10,8 @@
 //   robust-child    a forked child takes a shared robust mutex in held_by_child() and exits
 //                   holding it... unless killed first; the parent then locks it:
 //                   "robust-child child=STATUS parent=ERRNAME" (EOWNERDEAD: the child died holding it)
+//   sem-fork N      N forked children each wait on and post one shared named semaphore:
+//                   "sem-fork killed=K" (children ended by SIGKILL)
 // RC: 0, or the errno name of a failure.
 #include <fcntl.h>
 #include <pthread.h>
@@ -20,6 +22,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -70,6 +74,25 @@ int main(int argc, char** argv) {
       sem_t* s = sem_open(name.c_str(), O_CREAT | O_EXCL, 0600, 1);
       sem_unlink(name.c_str());
       sem_step("sem-shared", s);
+      sem_close(s);
+    } else if (step == "sem-fork" && i + 1 < argc) {
+      const long n = std::atol(argv[++i]);
+      const std::string name = "/fl-lock-points-fork-" + std::to_string(getpid());
+      sem_t* s = sem_open(name.c_str(), O_CREAT | O_EXCL, 0600, 1);
+      sem_unlink(name.c_str());
+      for (long k = 0; k < n; ++k) {
+        if (fork() == 0) {
+          sem_wait(s);
+          sem_post(s);
+          _exit(0);
+        }
+      }
+      long killed = 0;
+      int status = 0;
+      while (wait(&status) > 0) {
+        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ++killed;
+      }
+      std::printf("sem-fork killed=%ld\n", killed);
       sem_close(s);
     } else if (step == "sem-private") {
       sem_t s;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -18,6 +19,8 @@
 #include <gtest/gtest.h>
 
 extern char** environ;
+
+#include "faults/preload/phase_table.h"
 
 namespace faultline::agent::testing {
 
@@ -59,6 +62,16 @@ class preload_runner {
   preload_runner& operator=(const preload_runner&) = delete;
 
   const std::filesystem::path& dir() const { return dir_; }
+
+  /// Gives the run directory an empty phase table, as faultline's runner does before each run:
+  /// the agent then records markers there and hands each process its place (process_index()).
+  void make_phase_table() const {
+    std::string table(agent::phase_table_bytes, '\0');
+    const agent::phase_table_header header{agent::phase_table_magic, agent::phase_slot_bytes,
+                                           agent::phase_table_slots, 0};
+    std::memcpy(table.data(), &header, sizeof header);
+    std::ofstream(dir_ / agent::phase_table_file, std::ios::binary | std::ios::trunc) << table;
+  }
 
   /// Runs argv with the agent, FAULTLINE_FAULTS=spec (none when empty) and `extra` variables.
   finished run(const std::string& spec, std::vector<std::string> args, const std::vector<std::string>& extra = {}) {
