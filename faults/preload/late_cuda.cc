@@ -112,8 +112,6 @@ void enable_runtime_points(void* cupti) {
   }
 }
 
-void arm_at_exit() { faultline::agent::arm_late_cuda(); }
-
 }  // namespace
 
 extern "C" [[gnu::visibility("default")]] int InitializeInjection() {
@@ -136,11 +134,12 @@ extern "C" [[gnu::visibility("default")]] int InitializeInjection() {
   if (sub != CUPTI_SUCCESS) return 1;
   subscribed.store(true);
   if (points) enable_runtime_points(cupti);
-  // Loaded by CUDA into a program this library did not start (its main is not wrapped): arm from
-  // an exit handler. It runs before every exit handler and static destructor registered before
-  // CUDA started (a static pool made before its first CUDA call, whose destructor then runs after
-  // the runtime's teardown), so it is armed before their late calls.
-  if (late_on && !faultline::agent::started_main()) std::atexit(&arm_at_exit);
+  // Loaded by CUDA into a program this library did not start (its main is not wrapped: a
+  // scenario binary under `faultline run --late-cuda`), it has no hook at the start of exit, and
+  // an exit handler registered now would run after the runtime's own teardown, which the runtime
+  // registers as it starts, when CUPTI no longer reports its calls. So it watches from now on: every call
+  // pays CUPTI's callback, and only those answered "unloading" are recorded.
+  if (late_on && !faultline::agent::started_main()) armed.store(true);
   enable_when_ready();
   return 1;
 }

@@ -5,7 +5,9 @@ Goal: with no fault the suite passes; with its children's start delayed (--fault
 a child holds an import": the outer timeout ends it, and its report holds the stacks of the test
 and of the child (taken by faultline's agent in the child); the version guarded with the driver's
 child helpers fails at once, cleanly. Method: the suite run by an inner pytest (a subprocess, the
-plugin loaded through its entry point), read back from its output and JUnit XML.
+plugin loaded through its entry point), read back from its output and JUnit XML. On a GPU machine,
+IPC_SUITE_DEVICE=cuda runs the same suite over real CUDA IPC (examples/ipc_suite/cuda_ipc.py;
+reports/gpu/raw-2026-11-26-no-point/).
 """
 
 import os

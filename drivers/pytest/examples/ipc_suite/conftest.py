@@ -1,4 +1,5 @@
-"""The pool fixture: closed at teardown, which waits for every handle the test exported."""
+"""The pool fixture: closed at teardown, which waits for every handle the test exported (real device
+memory shared through CUDA IPC with IPC_SUITE_DEVICE=cuda)."""
 
 import sys
 from pathlib import Path
@@ -7,6 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from cuda_ipc import CudaPool, cuda_requested  # noqa: E402
 from ipc_pool import SharedPool  # noqa: E402
 
 
@@ -23,6 +25,6 @@ def _resource_tracker():
 
 @pytest.fixture
 def pool(tmp_path):
-    p = SharedPool(tmp_path / "pool")
+    p = CudaPool(tmp_path / "pool") if cuda_requested() else SharedPool(tmp_path / "pool")
     yield p
     p.close()

@@ -10,7 +10,9 @@ maps its memory.
     pool.close()                           # waits for every exported handle
     pool.revoke(handle)                    # the importer is known dead: stop waiting for it
 
-A handle is a file; importing takes a shared flock on it, releasing removes it.
+A handle is a file; importing takes a shared flock on it, releasing removes it. With
+IPC_SUITE_DEVICE=cuda the pool is cuda_ipc.CudaPool: the same bookkeeping over real device memory
+shared through CUDA IPC handles.
 """
 
 from __future__ import annotations
@@ -55,11 +57,16 @@ class Imported:
         os.close(self.fd)
 
 
-def import_handle(handle: str) -> Imported:
+def import_handle(handle) -> Imported:
+    """A handle of SharedPool (a path) or of cuda_ipc.CudaPool (a path, a CUDA IPC handle, a value)."""
+    if isinstance(handle, tuple):
+        from cuda_ipc import CudaImported
+
+        return CudaImported(handle)
     return Imported(handle)
 
 
-def child_imports(handle: str, imported, done) -> None:
+def child_imports(handle, imported, done) -> None:
     """The child: import, say so, keep the buffer until the parent is done with it, release."""
     buf = import_handle(handle)
     imported.set()
