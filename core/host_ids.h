@@ -1,5 +1,5 @@
 // The calling process's and thread's ids as the host sees them, for names other processes look
-// up: a process in a PID namespace of its own (a contained run, see harness/containment.h) has a
+// up: a process in a PID namespace of its own (a contained run, see harness/run/containment.h) has a
 // getpid() that means nothing to the harness outside it, while /proc, when it was not remounted
 // inside, still names it by the host's pid. Both functions fall back to getpid()/gettid() when
 // /proc is not there or is the namespace's own.

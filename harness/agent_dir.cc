@@ -11,12 +11,12 @@
 
 #include "faults/preload/phase_table.h"
 #include "faults/preload/protocol.h"
-#include "harness/classify.h"
 #include "harness/cli.h"
 #include "harness/detail/sys.h"
-#include "harness/phases.h"
-#include "harness/process.h"
-#include "harness/summary.h"
+#include "harness/results/summary.h"
+#include "harness/run/classify.h"
+#include "harness/run/phases.h"
+#include "harness/run/process.h"
 
 namespace faultline::harness {
 namespace {
@@ -173,26 +173,6 @@ core::result<std::vector<env_var>> prepare_agent_dir(const agent_env_request& r)
   return out;
 }
 
-std::vector<std::string> read_points(const fs::path& run_dir) {
-  std::set<std::string> reached;
-  std::error_code ec;
-  for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().filename().string().rfind(agent::points_file_prefix, 0) != 0) continue;
-    auto text = detail::read_file(it->path(), 1 << 20);
-    if (!text) continue;
-    std::size_t pos = 0;
-    while (pos < text->size()) {
-      std::size_t nl = text->find('\n', pos);
-      if (nl == std::string::npos) nl = text->size();
-      std::string line = text->substr(pos, nl - pos);
-      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-      if (!line.empty()) reached.insert(std::move(line));
-      pos = nl + 1;
-    }
-  }
-  return {reached.begin(), reached.end()};
-}
-
 core::result<agent_findings> read_agent_dir(const fs::path& run_dir) {
   std::error_code ec;
   if (!fs::is_directory(run_dir, ec)) return core::status(core::errc::not_found, run_dir.string() + ": no such directory");
@@ -226,22 +206,7 @@ core::result<agent_findings> read_agent_dir(const fs::path& run_dir) {
   });
   for (auto& c : crashes) f.crashes.push_back(std::move(c.crash));
 
-  // One entry per API, signed by its first call that has frames (the later ones past
-  // agent::late_cuda_framed_calls have none).
-  std::map<std::string, std::vector<late_call*>> by_api;
-  auto calls = late_cuda_calls(run_dir, 0);
-  for (auto& c : calls) by_api[c.api].push_back(&c);
-  for (auto& [api, group] : by_api) {
-    agent_late_cuda l;
-    l.api = api;
-    l.calls = group.size();
-    std::set<pid_t> pids;
-    for (const late_call* c : group) pids.insert(c->pid);
-    l.pids.assign(pids.begin(), pids.end());
-    auto framed = std::find_if(group.begin(), group.end(), [](const late_call* c) { return !c->frames.empty(); });
-    l.signature = late_cuda_signature(framed != group.end() ? **framed : *group.front());
-    f.late_cuda.push_back(std::move(l));
-  }
+  f.late_cuda = late_cuda_by_api(run_dir);
 
   f.points_reached = read_points(run_dir);
   if (auto text = detail::read_file(run_dir / agent_env_file, 1 << 20)) {

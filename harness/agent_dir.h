@@ -42,7 +42,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
-#include "harness/results.h"
+#include "harness/results/results.h"
+#include "harness/run/classify.h"
 
 namespace CLI {
 class App;
@@ -100,10 +101,6 @@ struct agent_env_request {
 /// the directory or its files cannot be made.
 core::result<std::vector<env_var>> prepare_agent_dir(const agent_env_request& r);
 
-/// The fault-spec patterns processes of `run_dir` reached: the union of its points.PID files
-/// (protocol.h), each line once, sorted.
-std::vector<std::string> read_points(const std::filesystem::path& run_dir);
-
 /// One crash.PID.
 struct agent_crash {
   pid_t pid = 0;
@@ -113,13 +110,8 @@ struct agent_crash {
   std::string signature;  ///< "SIGSEGV: f | g | main", as classify() names a crash
 };
 
-/// The late calls of one CUDA API (every late-cuda.PID together).
-struct agent_late_cuda {
-  std::string api;
-  std::uint64_t calls = 0;
-  std::vector<pid_t> pids;  ///< the processes that made them, ascending
-  std::string signature;    ///< of its first call with frames (else its first): classify()'s
-};
+/// The late calls of one CUDA API (every late-cuda.PID together): classify.h's.
+using agent_late_cuda = late_cuda_api;
 
 /// Everything an agent directory says.
 struct agent_findings {

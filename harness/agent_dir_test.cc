@@ -23,8 +23,8 @@
 
 #include "faults/preload/phase_table.h"
 #include "harness/cli.h"
-#include "harness/phases.h"
-#include "harness/process.h"
+#include "harness/run/phases.h"
+#include "harness/run/process.h"
 #include "harness/tests/e2e_util.h"
 
 namespace faultline::harness {

@@ -14,17 +14,18 @@
 
 #include "faults/spec.h"
 #include "harness/agent_dir.h"
-#include "harness/campaign.h"
-#include "harness/containment.h"
-#include "harness/core_dump.h"
-#include "harness/core_handler/cores_cli.h"
+#include "harness/campaign/campaign.h"
+#include "harness/campaign/duration.h"
+#include "harness/campaign/scenario_catalog.h"
+#include "harness/campaign/soak.h"
+#include "harness/cli_faults.h"
+#include "harness/cores_cli.h"
 #include "harness/detail/sys.h"
-#include "harness/duration.h"
-#include "harness/process.h"
 #include "harness/region_cli.h"
-#include "harness/scenario_catalog.h"
-#include "harness/soak.h"
-#include "harness/summary.h"
+#include "harness/results/summary.h"
+#include "harness/run/containment.h"
+#include "harness/run/core_dump.h"
+#include "harness/run/process.h"
 #include "reports/commands.h"
 
 namespace faultline::harness {
@@ -158,10 +159,6 @@ struct settings {
   bool repeat_given = false;  // --repeat was on the command line
 };
 
-struct usage_error {
-  std::string message;
-};
-
 // A run's output reaches its log through a pipe (output_capture.h); past the limit the log keeps
 // its head and tail.
 void add_log_limit(CLI::App* sub, std::string& limit) {
@@ -221,104 +218,6 @@ void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
     sub->add_flag("--resume", a.resume,
                   "continue the campaign in --out: runs already in its results.jsonl are counted, not run again "
                   "(--seed and --repeat default to the campaign's; other options that number the runs must match)");
-  }
-}
-
-// Whether a spec item covers names starting with `prefix` ("cuda/cuda": runtime functions), or
-// the name `point` exactly when given.
-bool covers_prefix(const faults::item& item, std::string_view prefix) {
-  const std::string_view p = item.prefix();
-  return item.is_wildcard() ? (prefix.starts_with(p) || p.starts_with(prefix)) : std::string_view(item.point).starts_with(prefix);
-}
-
-// Whether the spec names CUDA runtime functions (cuda/cuda...): those points need the agent to
-// be the CUDA injection library (cuda_points.h).
-bool names_cuda_runtime(const faults::spec& spec) {
-  return std::any_of(spec.items.begin(), spec.items.end(), [](const faults::item& i) { return covers_prefix(i, "cuda/cuda"); });
-}
-
-// Whether the spec names lock/ points: libfaultline_lock_points.so is preloaded for them.
-bool names_lock_points(const faults::spec& spec) {
-  return std::any_of(spec.items.begin(), spec.items.end(), [](const faults::item& i) { return covers_prefix(i, "lock/"); });
-}
-
-// Whether the spec names libfiu's POSIX preload points (posix/, libc/): it is preloaded for them.
-bool names_posix_points(const faults::spec& spec) {
-  return std::any_of(spec.items.begin(), spec.items.end(),
-                     [](const faults::item& i) { return covers_prefix(i, "posix/") || covers_prefix(i, "libc/"); });
-}
-
-// The preloaded agent's own points act where the fault engine does not reach: exit/start and
-// exit/end at process exit (off, delay, abort, kill, print), cuda/<API> before a CUDA call
-// (those and fail, teardown; faults/preload/cuda_points.h), process/start in each new process
-// (the first five) and spawn/parent before a spawn (and fail; faults/preload/spawn_points.h). What they cannot do is refused up
-// front rather than silently ignored.
-void check_agent_points(const faults::spec& spec) {
-  using faults::action_kind;
-  for (const auto& item : spec.items) {
-    const bool exit_point = item.is_wildcard() ? (std::string_view("exit/start").starts_with(item.prefix()) ||
-                                                  std::string_view("exit/end").starts_with(item.prefix()))
-                                               : (item.point == "exit/start" || item.point == "exit/end");
-    const bool cuda_point = covers_prefix(item, "cuda/");
-    const bool start_point = covers_prefix(item, "process/start");
-    const bool spawn_point = covers_prefix(item, "spawn/parent");
-    const bool lock_point = covers_prefix(item, "lock/");
-    const bool lock_wait = lock_point && std::string_view(item.point).ends_with("/wait");
-    const bool posix_point = std::string_view(item.point).starts_with("posix/") || std::string_view(item.point).starts_with("libc/");
-    const bool fn_point = std::string_view(item.point).starts_with("fn/");
-    if (fn_point && item.is_wildcard())
-      throw usage_error{"--faults: " + item.point + ": fn/ points name one function exactly (fn/lock_shrreg)"};
-    if (fn_point) {
-      const std::string_view name = std::string_view(item.point).substr(3);
-      const std::size_t plus = name.find('+');
-      std::string_view off = plus == std::string_view::npos ? std::string_view{} : name.substr(plus + 1);
-      const bool hex = off.starts_with("0x") || off.starts_with("0X");
-      if (hex) off.remove_prefix(2);
-      const bool digits = std::all_of(off.begin(), off.end(), [&](char c) {
-        return std::isdigit(static_cast<unsigned char>(c)) || (hex && std::isxdigit(static_cast<unsigned char>(c)));
-      });
-      if (plus == 0 || (plus != std::string_view::npos && (off.empty() || !digits)))
-        throw usage_error{"--faults: " + item.point +
-                          ": an fn/ point is fn/SYMBOL or fn/SYMBOL+OFFSET, a byte offset in decimal or 0x hex"};
-    }
-    if (!item.filter.empty() && !start_point && !spawn_point && !lock_point)
-      throw usage_error{"--faults: " + item.written() +
-                        ": an @filter is for process/start and spawn/parent (a program) and lock/ (a function)"};
-    // fail is refused where the item names runtime calls only; a wider one (cuda/*) fails the
-    // driver calls it covers.
-    const bool runtime_point = std::string_view(item.is_wildcard() ? item.prefix() : item.point).starts_with("cuda/cuda");
-    for (const auto& t : item.terms) {
-      const action_kind k = t.action.kind;
-      const bool basic = k == action_kind::off || k == action_kind::delay || k == action_kind::abort ||
-                         k == action_kind::kill || k == action_kind::print || k == action_kind::stop;
-      if (exit_point && !basic)
-        throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill, print or stop, not " +
-                          std::string(faults::to_string(k))};
-      if (start_point && !basic)
-        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill, print or stop, not " +
-                          std::string(faults::to_string(k))};
-      if (spawn_point && !basic && k != action_kind::fail)
-        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill, print, stop or fail(ERRNO), not " +
-                          std::string(faults::to_string(k))};
-      if (lock_point && !basic && !(lock_wait && k == action_kind::fail))
-        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill, print or stop" +
-                          (lock_wait ? ", or fail(ERRNO)" : "") + ", not " + std::string(faults::to_string(k))};
-      if (fn_point && !basic)
-        throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill, print or stop, not " +
-                          std::string(faults::to_string(k))};
-      if (posix_point && !basic && k != action_kind::fail)
-        throw usage_error{"--faults: " + item.written() + " takes off, delay, abort, kill, print, stop or fail(ERRNO), not " +
-                          std::string(faults::to_string(k))};
-      if (cuda_point && k == action_kind::pause)
-        throw usage_error{"--faults: " + item.point + " takes off, delay, abort, kill, print, stop, fail or teardown, not pause"};
-      if (runtime_point && k == action_kind::fail)
-        throw usage_error{"--faults: " + item.point +
-                          ": a CUDA runtime call cannot be failed (CUPTI's callbacks cannot change its result); fail "
-                          "the driver call it makes instead, e.g. cuda/cuMemFree_v2=fail(CUDA_ERROR_LAUNCH_FAILED) "
-                          "for cudaFree"};
-      if (!cuda_point && k == action_kind::teardown && t.action.device == faults::current_device)
-        throw usage_error{"--faults: " + item.point + ": teardown(device) is for cuda/ points; name a device (teardown(0))"};
-    }
   }
 }
 
@@ -557,6 +456,9 @@ void print_human(const variant_summary& v, const settings& s, const std::string&
     out << "  " << g.count << "x " << to_string(g.result) << (g.when == phase::none ? "" : "/" + std::string(to_string(g.when)))
         << "  " << g.signature << "\n      first: " << g.first_run << "  " << (s.out / g.first_log).string() << "\n";
   }
+  for (const auto& l : v.late_cuda)
+    out << "  late CUDA calls: " << l.api << " in " << l.runs << (l.runs == 1 ? " run (" : " runs (") << l.calls
+        << (l.calls == 1 ? " call)" : " calls)") << "  " << l.signature << "\n";
   if (v.points_never_reached && !v.points_never_reached->empty()) out << "  " << points_warning(*v.points_never_reached) << "\n";
   if (!repro.empty()) out << "  repro: " << repro << "\n";
   if (s.target_rate) {
@@ -628,10 +530,21 @@ int cmd_run(const raw_args& a, cli_context& ctx) {
   if (!chosen) throw usage_error{chosen.error().message()};
   const std::string bin = scenario_binary().string();
   std::vector<variant> variants;
+  // Scenario binaries link the agent; with --late-cuda its library is also the CUDA injection
+  // library, which CUDA loads at cuInit and which watches for late calls from an exit handler.
+  std::vector<std::string> env;
+  if (a.late_cuda) {
+    const fs::path agent = agent_library();
+    std::error_code ec;
+    if (agent.empty() || !fs::exists(agent, ec)) throw usage_error{"--late-cuda: the agent library is missing beside faultline"};
+    if (get_env(s.env, "CUDA_INJECTION64_PATH"))
+      throw usage_error{"--late-cuda: CUDA_INJECTION64_PATH is set already (another tool's injection library)"};
+    env.push_back("CUDA_INJECTION64_PATH=" + agent.string());
+  }
   for (const auto& sc : *chosen)
-    variants.push_back({sc.name, {bin, "run", sc.name}, s.faults, s.timeout.value_or(sc.timeout), {}, false, true});
+    variants.push_back({sc.name, {bin, "run", sc.name}, s.faults, s.timeout.value_or(sc.timeout), env, false, true});
   return report_runs(variants, s, ctx, [&](const run_record& r) {
-    return "faultline run " + detail::shell_quote(r.name) + repro_flags(r, s);
+    return "faultline run " + detail::shell_quote(r.name) + repro_flags(r, s) + (a.late_cuda ? " --late-cuda" : "");
   });
 }
 
@@ -724,6 +637,16 @@ int cmd_soak(const soak_args& a, cli_context& ctx) {
   o.progress_tty = ctx.err_tty;
   o.cancel = ctx.cancel;
   o.warn = [&ctx](const std::string& text) { ctx.err << "faultline: warning: " << text << "\n"; };
+  // The soak's report is `faultline report`'s (reports/ is this floor's to call, not the soak's).
+  o.write_report = [](const soak_report_request& q, std::ostream& out, std::ostream& err) {
+    reports::report_options r;
+    r.inputs = {q.out_dir.string()};
+    r.html = q.html.string();
+    r.markdown = q.markdown.string();
+    r.plotly_js = q.plotly_js;
+    r.title = q.title;
+    return reports::report_command(r, out, err);
+  };
 
   std::error_code ec;
   fs::create_directories(o.out_dir / "runs", ec);  // where the runs' cores land
@@ -871,6 +794,9 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   run->add_option("scenario", run_a.names, "scenario names or patterns");
   run->add_flag("--all", run_a.all, "run every scenario");
   add_common(run, run_a, true);
+  run->add_flag("--late-cuda", run_a.late_cuda,
+                "fail a run whose processes make CUDA calls after the runtime's teardown (see exec --late-cuda): the "
+                "agent's library becomes the CUDA injection library of the scenario binary, which links the agent");
 
   auto* exec = app.add_subcommand("exec", "run a command: faultline exec [OPTIONS] -- CMD [ARGS...]");
   exec->footer(exec_about);

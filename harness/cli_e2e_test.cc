@@ -12,11 +12,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/core_dump.h"
 #include "harness/detail/proc.h"
 #include "harness/detail/sys.h"
-#include "harness/process.h"
-#include "harness/results.h"
+#include "harness/results/results.h"
+#include "harness/run/core_dump.h"
+#include "harness/run/process.h"
 #include "harness/tests/e2e_util.h"
 
 namespace faultline::harness {

@@ -83,6 +83,8 @@ TEST(cli, refuses_what_the_agents_points_cannot_do) {
   expect_usage_error({"exec", "--faults", "fn/lock_shrreg+0xZ=kill", "--", "true"},
                      "fn/lock_shrreg+0xZ: an fn/ point is fn/SYMBOL or fn/SYMBOL+OFFSET");
   expect_usage_error({"exec", "--faults", "fn/+4=kill", "--", "true"}, "an fn/ point is fn/SYMBOL or fn/SYMBOL+OFFSET");
+  expect_usage_error({"run", "exit/static-pool", "--late-cuda", "--env", "CUDA_INJECTION64_PATH=/opt/profiler.so"},
+                     "--late-cuda: CUDA_INJECTION64_PATH is set already");
   expect_usage_error({"exec", "--faults", "fn/lock_shrreg=fail", "--", "true"}, "fn/lock_shrreg takes off, delay, abort, kill, print or stop, not fail");
 }
 

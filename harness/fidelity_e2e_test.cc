@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/core_dump.h"
-#include "harness/results.h"
+#include "harness/results/results.h"
+#include "harness/run/core_dump.h"
 #include "harness/tests/e2e_util.h"
 
 namespace faultline::harness {

@@ -45,7 +45,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
-#include "harness/results.h"
+#include "harness/results/results.h"
 #include "reports/report_model.h"
 
 namespace faultline::reports {

@@ -45,9 +45,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "harness/results.h"
-#include "harness/shard.h"
-#include "harness/summary.h"
+#include "harness/results/results.h"
+#include "harness/results/shard.h"
+#include "harness/results/summary.h"
 
 namespace faultline::reports {
 

@@ -61,7 +61,7 @@ struct scenario {
   std::function<void(context&)> run;
   std::vector<bug_variant> bug_points;
   /// The faults the clean implementation must survive, from which `faultline soak` draws a spec
-  /// per run: spec items whose numbers may be ranges LO..HI (harness/fault_space.h), e.g.
+  /// per run: spec items whose numbers may be ranges LO..HI (harness/campaign/fault_space.h), e.g.
   /// "sim/stream/op=1..20%delay(10us..2ms)". Never bug points.
   std::vector<std::string> fault_space = {};
 };

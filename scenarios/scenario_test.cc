@@ -76,7 +76,7 @@ TEST(catalog, every_bug_variant_names_a_known_bug_point_with_a_valid_spec) {
   }
 }
 
-// A soak draws each run's faults from the scenario's space (harness/fault_space.h, which checks
+// A soak draws each run's faults from the scenario's space (harness/campaign/fault_space.h, which checks
 // the range syntax when it loads the catalog); here: every scenario has one, naming points the
 // code has (no bug point, no wildcard), each once.
 TEST(catalog, every_scenario_declares_a_fault_space_of_plain_points) {

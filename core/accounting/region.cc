@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "core/accounting/detail/layout.h"
+#include "core/accounting/detail/region_internal.h"
 #include "core/process_identity.h"
 #include "faults/points/point.h"
 
@@ -28,32 +29,25 @@ namespace faultline::accounting {
 
 namespace {
 
-// ThreadSanitizer does not model fences: under it, the seqlock's counter accesses carry the
-// ordering themselves (acquire loads, release stores) and the fences go away.
-#if defined(__SANITIZE_THREAD__)
-constexpr std::memory_order counter_load = std::memory_order_acquire;
-constexpr std::memory_order counter_store = std::memory_order_release;
-inline void seqlock_fence(std::memory_order) noexcept {}
-#else
-constexpr std::memory_order counter_load = std::memory_order_relaxed;
-constexpr std::memory_order counter_store = std::memory_order_relaxed;
-inline void seqlock_fence(std::memory_order order) noexcept { std::atomic_thread_fence(order); }
-#endif
-
 using detail::header;
 using detail::slot;
 using clock_type = std::chrono::steady_clock;
+// Shared with region_file.cc and region_repair.cc (detail/region_internal.h).
+using detail::check_options;
+using detail::counter_load;
+using detail::counter_store;
+using detail::cpu_relax;
+using detail::create_region_file;
+using detail::open_error;
+using detail::open_region;
+using detail::seqlock_fence;
+using detail::try_read_device;
+using detail::try_read_slot;
+using detail::validate_fd;
+using detail::where;
 
 static_assert(max_devices == detail::layout_max_devices);
 static_assert(max_slots_limit == detail::layout_max_slots);
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 std::uint32_t part_index(kind k) noexcept {
   switch (k) {
@@ -64,46 +58,7 @@ std::uint32_t part_index(kind k) noexcept {
   return detail::c_data;
 }
 
-std::string hex(std::uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%016" PRIx64, v);
-  return buf;
-}
-
-std::string where(const std::string& path) { return "accounting region " + path + ": "; }
-
-// --- seqlock ----------------------------------------------------------------------------------
-
-// One read of a slot's counters for `devices` devices; false when a writer was inside.
-bool try_read_slot(const slot* s, std::uint32_t devices, slot_info& out) noexcept {
-  const std::uint64_t q1 = s->seq.load(std::memory_order_acquire);
-  if ((q1 & 1) != 0) return false;
-  out.devices.resize(devices);
-  for (std::uint32_t d = 0; d < devices; ++d) {
-    counters& c = out.devices[d];
-    c.total = s->counters[d][detail::c_total].load(counter_load);
-    c.context = s->counters[d][detail::c_context].load(counter_load);
-    c.module = s->counters[d][detail::c_module].load(counter_load);
-    c.data = s->counters[d][detail::c_data].load(counter_load);
-  }
-  seqlock_fence(std::memory_order_acquire);
-  const std::uint64_t q2 = s->seq.load(std::memory_order_relaxed);
-  out.sequence = q1;
-  return q1 == q2;
-}
-
-// One device of a slot, without allocating.
-bool try_read_device(const slot* s, std::uint32_t d, counters& c, std::uint64_t& seq) noexcept {
-  const std::uint64_t q1 = s->seq.load(std::memory_order_acquire);
-  if ((q1 & 1) != 0) return false;
-  c.total = s->counters[d][detail::c_total].load(counter_load);
-  c.context = s->counters[d][detail::c_context].load(counter_load);
-  c.module = s->counters[d][detail::c_module].load(counter_load);
-  c.data = s->counters[d][detail::c_data].load(counter_load);
-  seqlock_fence(std::memory_order_acquire);
-  seq = q1;
-  return s->seq.load(std::memory_order_relaxed) == q1;
-}
+// --- seqlock: the write side (the read side is in detail/region_internal.h) ----------------------
 
 // Waits (bounded) for a slot to be even and takes its write side. Returns the even value taken,
 // or false when the bound passed. Async-signal-safe (atomics, sched_yield, clock_gettime).
@@ -288,186 +243,6 @@ status install_exit_handlers() {
   return status::ok();
 }
 
-// --- files --------------------------------------------------------------------------------------
-
-status open_error(int err, const std::string& path) {
-  if (err == EISDIR) return status(errc::refused, where(path) + "is not a regular file");
-  if (err == ELOOP) {
-    return status(errc::refused, where(path) + "is a symbolic link; refusing to follow it (O_NOFOLLOW)");
-  }
-  if (err == ENOENT) return status(errc::not_found, where(path) + "does not exist");
-  return status::from_errno(err, "open " + path);
-}
-
-int open_region(const std::string& path, int flags) noexcept {
-  int fd;
-  do {
-    // O_NONBLOCK: opening a FIFO for reading must not wait for a writer (a region is never one;
-    // validate_fd says so). For a regular file it changes nothing.
-    fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-  } while (fd < 0 && errno == EINTR);
-  return fd;
-}
-
-struct validated {
-  std::uint32_t devices = 0;
-  std::uint32_t max_slots = 0;
-  std::uint64_t bytes = 0;
-  uid_t uid = 0;
-  std::uint32_t mode = 0;
-  std::uint64_t magic = 0;
-  std::uint32_t abi_version = 0;
-  std::uint32_t header_size = 0;
-  std::uint32_t slot_size = 0;
-};
-
-// Checks the open file `fd` before anything maps it.
-result<validated> validate_fd(int fd, const std::string& path) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return status::from_errno(errno, "fstat " + path);
-  validated v;
-  v.bytes = static_cast<std::uint64_t>(st.st_size);
-  v.uid = st.st_uid;
-  v.mode = st.st_mode & 07777;
-  if (!S_ISREG(st.st_mode)) return status(errc::refused, where(path) + "is not a regular file");
-  if (st.st_uid != ::getuid()) {
-    return status(errc::refused, where(path) + "is owned by uid " + std::to_string(st.st_uid) +
-                                     ", not by this process's user (uid " + std::to_string(::getuid()) + ")");
-  }
-  if (v.bytes == 0) return status(errc::corrupt, where(path) + "is empty (0 bytes): not an accounting region");
-  if (v.bytes < detail::fixed_prefix_bytes) {
-    return status(errc::corrupt, where(path) + "is truncated: " + std::to_string(v.bytes) +
-                                     " bytes, shorter than the region header");
-  }
-  unsigned char prefix[detail::fixed_prefix_bytes];
-  std::size_t got = 0;
-  while (got < sizeof prefix) {
-    const ssize_t n = ::pread(fd, prefix + got, sizeof prefix - got, static_cast<off_t>(got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return status::from_errno(errno, "read " + path);
-    if (n == 0) return status(errc::corrupt, where(path) + "is truncated while being read");
-    got += static_cast<std::size_t>(n);
-  }
-  std::uint32_t initialised = 0;
-  std::memcpy(&v.magic, prefix + offsetof(header, magic), 8);
-  std::memcpy(&v.abi_version, prefix + offsetof(header, abi_version), 4);
-  std::memcpy(&v.header_size, prefix + offsetof(header, header_size), 4);
-  std::memcpy(&v.slot_size, prefix + offsetof(header, slot_size), 4);
-  std::memcpy(&v.devices, prefix + offsetof(header, device_count), 4);
-  std::memcpy(&v.max_slots, prefix + offsetof(header, max_slots), 4);
-  std::memcpy(&initialised, prefix + offsetof(header, initialised), 4);
-  if (v.magic != detail::region_magic) {
-    return status(errc::corrupt, where(path) + "has wrong magic " + hex(v.magic) +
-                                     ": not a faultline accounting region (expected " + hex(detail::region_magic) + ")");
-  }
-  if (v.abi_version != detail::layout_abi_version) {
-    return status(errc::corrupt, where(path) + "has ABI version " + std::to_string(v.abi_version) +
-                                     "; this build reads version " + std::to_string(detail::layout_abi_version));
-  }
-  if (v.header_size != sizeof(header) || v.slot_size != sizeof(slot)) {
-    return status(errc::corrupt, where(path) + "has header/slot sizes " + std::to_string(v.header_size) + "/" +
-                                     std::to_string(v.slot_size) + "; this build uses " +
-                                     std::to_string(sizeof(header)) + "/" + std::to_string(sizeof(slot)));
-  }
-  if (v.devices == 0 || v.devices > max_devices) {
-    return status(errc::corrupt, where(path) + "has device count " + std::to_string(v.devices) + " (must be 1.." +
-                                     std::to_string(max_devices) + ")");
-  }
-  if (v.max_slots == 0 || v.max_slots > max_slots_limit) {
-    return status(errc::corrupt, where(path) + "has slot count " + std::to_string(v.max_slots) + " (must be 1.." +
-                                     std::to_string(max_slots_limit) + ")");
-  }
-  const std::uint64_t expected = detail::region_bytes(v.max_slots);
-  if (v.bytes < expected) {
-    return status(errc::corrupt, where(path) + "is truncated: " + std::to_string(v.bytes) + " bytes, expected " +
-                                     std::to_string(expected) + " for " + std::to_string(v.max_slots) + " slots");
-  }
-  if (v.bytes != expected) {
-    return status(errc::corrupt, where(path) + "has " + std::to_string(v.bytes) + " bytes, expected " +
-                                     std::to_string(expected) + " for " + std::to_string(v.max_slots) + " slots");
-  }
-  if (initialised != detail::initialised_value) {
-    return status(errc::corrupt, where(path) + "was never fully initialised (its creator did not finish)");
-  }
-  return v;
-}
-
-std::atomic<std::uint64_t> temp_counter{0};
-
-// Builds a region under a temporary name and links it into place: nobody ever sees it half-built.
-// Returns the open fd of the new file, or already_exists when another process won the race.
-result<int> create_region_file(const std::string& path, const options& opt) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(temp_counter.fetch_add(1, std::memory_order_relaxed));
-  int fd;
-  do {
-    fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return status::from_errno(errno, "create " + tmp);
-  auto fail = [&](status st) {
-    ::unlink(tmp.c_str());
-    ::close(fd);
-    return st;
-  };
-  if (::fchmod(fd, 0600) != 0) return fail(status::from_errno(errno, "fchmod " + tmp));
-  const std::size_t bytes = detail::region_bytes(opt.max_slots);
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) return fail(status::from_errno(errno, "ftruncate " + tmp));
-  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) return fail(status::from_errno(errno, "mmap " + tmp));
-  auto* h = new (base) header{};
-  h->magic = detail::region_magic;
-  h->abi_version = detail::layout_abi_version;
-  h->header_size = sizeof(header);
-  h->slot_size = sizeof(slot);
-  h->device_count = opt.devices;
-  h->max_slots = opt.max_slots;
-  for (std::uint32_t d = 0; d < max_devices; ++d) {
-    h->limit_bytes[d] = d < opt.limits_bytes.size() ? opt.limits_bytes[d] : no_limit;
-  }
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-  const int rc = pthread_mutex_init(&h->mutex, &attr);
-  pthread_mutexattr_destroy(&attr);
-  if (rc != 0) {
-    ::munmap(base, bytes);
-    return fail(status::from_errno(rc, "pthread_mutex_init in " + tmp));
-  }
-  for (std::uint32_t i = 0; i < opt.max_slots; ++i) new (detail::slot_at(h, i)) slot{};
-  h->initialised.store(detail::initialised_value, std::memory_order_release);
-  ::munmap(base, bytes);
-  if (::link(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    ::close(fd);
-    if (err == EEXIST) return status(errc::already_exists, where(path) + "created by another process meanwhile");
-    return status::from_errno(err, "link " + tmp + " to " + path);
-  }
-  ::unlink(tmp.c_str());
-  return fd;
-}
-
-status check_options(const options& opt) {
-  if (opt.devices == 0 || opt.devices > max_devices) {
-    return status(errc::invalid_argument,
-                  "accounting options: devices=" + std::to_string(opt.devices) + " (must be 1.." +
-                      std::to_string(max_devices) + ")");
-  }
-  if (opt.max_slots == 0 || opt.max_slots > max_slots_limit) {
-    return status(errc::invalid_argument, "accounting options: max_slots=" + std::to_string(opt.max_slots) +
-                                              " (must be 1.." + std::to_string(max_slots_limit) + ")");
-  }
-  if (opt.limits_bytes.size() > opt.devices) {
-    return status(errc::invalid_argument, "accounting options: " + std::to_string(opt.limits_bytes.size()) +
-                                              " limits for " + std::to_string(opt.devices) + " devices");
-  }
-  if (opt.lock_slice.count() <= 0 || opt.lock_bound.count() < 0 || opt.reader_bound.count() < 0) {
-    return status(errc::invalid_argument, "accounting options: lock_slice must be positive, bounds not negative");
-  }
-  return status::ok();
-}
-
 timespec realtime_after(std::chrono::milliseconds d) noexcept {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -481,58 +256,6 @@ std::uint64_t realtime_ns() noexcept {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-// Zeroes a dead process's slot and frees it. A slot left even holds exactly what its owner added
-// to the aggregates, so that much is subtracted; one left odd is unknown (the writer may or may
-// not have touched the aggregate) and is settled by the recompute that follows. Under the lock.
-bool reclaim_dead_slot(header* h, slot* s, std::uint32_t devices) noexcept {
-  const std::uint64_t q = s->seq.load(std::memory_order_acquire);
-  const bool odd = (q & 1) != 0;
-  for (std::uint32_t d = 0; d < devices; ++d) {
-    const std::uint64_t t = s->counters[d][detail::c_total].load(counter_load);
-    if (!odd && t != 0) h->aggregate[d].fetch_sub(t, std::memory_order_acq_rel);
-    for (auto& c : s->counters[d]) c.store(0, counter_store);
-  }
-  s->seq.store(odd ? q + 1 : q + 2, std::memory_order_release);
-  s->start_time.store(0, std::memory_order_relaxed);
-  s->pid.store(0, std::memory_order_release);
-  h->slots_reclaimed.fetch_add(1, std::memory_order_relaxed);
-  return odd;
-}
-
-// Sets device d's aggregate to the sum of the in-use slots' totals, racing live writers safely:
-// the sum is taken with every slot even, re-checked unchanged, and installed with a CAS against
-// the aggregate value read before the sum; any charge or release that landed in between changes
-// either a sequence or the aggregate and the attempt is retried. Under the lock (so no slot is
-// claimed meanwhile). Returns false when live writers kept it busy through every attempt.
-bool recompute_aggregate(header* h, std::uint32_t max_slots, std::uint32_t d, std::int64_t& correction) noexcept {
-  constexpr int attempts = 256;
-  for (int a = 0; a < attempts; ++a) {
-    if (a > 0) sched_yield();
-    std::uint64_t before = h->aggregate[d].load(std::memory_order_acquire);
-    std::uint64_t sum = 0;
-    bool clean = true;
-    for (std::uint32_t i = 0; i < max_slots && clean; ++i) {
-      const slot* s = detail::slot_at(h, i);
-      if (s->pid.load(std::memory_order_acquire) == 0) continue;
-      counters c;
-      std::uint64_t q = 0;
-      if (!try_read_device(s, d, c, q)) {
-        clean = false;
-        break;
-      }
-      sum += c.total;
-    }
-    if (!clean) continue;
-    // A writer that started after its slot was read and finished before now moved the sequence
-    // and, having charged or released, the aggregate: the CAS below catches it.
-    if (h->aggregate[d].compare_exchange_strong(before, sum, std::memory_order_acq_rel)) {
-      correction = static_cast<std::int64_t>(sum) - static_cast<std::int64_t>(before);
-      return true;
-    }
-  }
-  return false;
 }
 
 }  // namespace
@@ -743,37 +466,6 @@ result<region::lock_guard> region::lock() {
     return status::injected_fault("accounting/lock/held", err);
   }
   return g;
-}
-
-repair_report region::repair_locked(bool owner_died) {
-  repair_report rep;
-  rep.lock_owner_died = owner_died;
-  const bool pid_only = FAULTLINE_BUG("bug/accounting/pid-only-liveness");
-  for (std::uint32_t i = 0; i < max_slots_; ++i) {
-    slot* s = detail::slot_at(h_, i);
-    const pid_t p = s->pid.load(std::memory_order_acquire);
-    if (p == 0) continue;
-    const std::uint64_t start = s->start_time.load(std::memory_order_relaxed);
-    if (core::process_liveness(p, start, pid_only) == core::liveness::alive) continue;
-    ++rep.dead_slots_reclaimed;
-    if (reclaim_dead_slot(h_, s, devices_)) ++rep.odd_slots_repaired;
-  }
-  rep.aggregate_corrections.assign(devices_, 0);
-  bool corrected = false;
-  for (std::uint32_t d = 0; d < devices_; ++d) {
-    if (recompute_aggregate(h_, max_slots_, d, rep.aggregate_corrections[d])) ++rep.devices_recomputed;
-    corrected = corrected || rep.aggregate_corrections[d] != 0;
-  }
-  if (owner_died || rep.dead_slots_reclaimed > 0 || corrected) h_->repairs.fetch_add(1, std::memory_order_acq_rel);
-  return rep;
-}
-
-result<repair_report> region::repair() {
-  auto g = lock();
-  if (!g) return g.error();
-  repair_report rep = repair_locked(false);
-  rep.lock_owner_died = g->repaired();
-  return rep;
 }
 
 // --- slots ----------------------------------------------------------------------------------------
@@ -1100,128 +792,6 @@ result<std::uint32_t> region::utilisation(std::uint32_t device) const noexcept {
   if (h_ == nullptr) return status(errc::refused, where(path_) + "detached");
   if (device >= devices_) return status(errc::invalid_argument, "accounting: utilisation: device out of range");
   return h_->utilisation[device].load(std::memory_order_acquire);
-}
-
-// --- tools ----------------------------------------------------------------------------------------
-
-status validate(const std::string& path) {
-  const int fd = open_region(path, O_RDONLY);
-  if (fd < 0) return open_error(errno, path);
-  auto v = validate_fd(fd, path);
-  ::close(fd);
-  return v ? status::ok() : v.error();
-}
-
-result<region_report> inspect(const std::string& path) {
-  const int fd = open_region(path, O_RDONLY);
-  if (fd < 0) return open_error(errno, path);
-  auto v = validate_fd(fd, path);
-  if (!v) {
-    ::close(fd);
-    return v.error();
-  }
-  void* base = ::mmap(nullptr, v->bytes, PROT_READ, MAP_SHARED, fd, 0);
-  const int map_err = errno;
-  ::close(fd);
-  if (base == MAP_FAILED) return status::from_errno(map_err, "mmap " + path);
-  const auto* h = static_cast<const header*>(base);
-
-  region_report rep;
-  rep.path = path;
-  rep.file_bytes = v->bytes;
-  rep.owner_uid = v->uid;
-  rep.mode = v->mode;
-  rep.magic = v->magic;
-  rep.abi_version = v->abi_version;
-  rep.header_size = v->header_size;
-  rep.slot_size = v->slot_size;
-  rep.device_count = v->devices;
-  rep.max_slots = v->max_slots;
-  const std::uint32_t devices = v->devices;
-  rep.limits_bytes.assign(h->limit_bytes, h->limit_bytes + devices);
-  for (std::uint32_t d = 0; d < devices; ++d) {
-    rep.aggregate_bytes.push_back(h->aggregate[d].load(std::memory_order_acquire));
-    rep.utilisation_percent.push_back(h->utilisation[d].load(std::memory_order_relaxed));
-  }
-  rep.live_sum.assign(devices, counters{});
-  rep.occupancy = h->occupancy.load(std::memory_order_acquire);
-  rep.lock_owner_pid = h->lock_owner_pid.load(std::memory_order_acquire);
-  rep.repairs = h->repairs.load(std::memory_order_relaxed);
-  rep.occupancy_violations = h->occupancy_violations.load(std::memory_order_relaxed);
-  rep.slots_reclaimed = h->slots_reclaimed.load(std::memory_order_relaxed);
-
-  for (std::uint32_t i = 0; i < v->max_slots; ++i) {
-    const slot* s = detail::slot_at(h, i);
-    slot_info info;
-    info.index = i;
-    info.pid = s->pid.load(std::memory_order_acquire);
-    if (info.pid == 0) continue;
-    info.start_time = s->start_time.load(std::memory_order_relaxed);
-    bool got = false;
-    const auto deadline = clock_type::now() + std::chrono::milliseconds(20);
-    for (int n = 0; !got; ++n) {
-      got = try_read_slot(s, devices, info);
-      if (got || clock_type::now() >= deadline) break;
-      if (n > 64) sched_yield();
-    }
-    info.state = core::process_liveness(info.pid, info.start_time) == core::liveness::alive ? slot_state::alive
-                                                                                                 : slot_state::dead;
-    if (!got) {
-      info.mid_update = true;
-      info.sequence = s->seq.load(std::memory_order_relaxed);
-      info.devices.resize(devices);
-      for (std::uint32_t d = 0; d < devices; ++d) {
-        info.devices[d] = counters{s->counters[d][detail::c_total].load(counter_load),
-                                   s->counters[d][detail::c_context].load(counter_load),
-                                   s->counters[d][detail::c_module].load(counter_load),
-                                   s->counters[d][detail::c_data].load(counter_load)};
-      }
-      if (info.state == slot_state::dead) {
-        rep.no_dead_odd_slot = false;
-        rep.problems.push_back("slot " + std::to_string(i) + " was left mid-update by dead pid " +
-                               std::to_string(info.pid));
-      }
-    } else {
-      for (std::uint32_t d = 0; d < devices; ++d) {
-        if (!info.devices[d].consistent()) {
-          rep.slots_consistent = false;
-          rep.problems.push_back("slot " + std::to_string(i) + " device " + std::to_string(d) + ": total " +
-                                 std::to_string(info.devices[d].total) + " != context+module+data");
-        }
-      }
-      if (info.state == slot_state::alive) {
-        for (std::uint32_t d = 0; d < devices; ++d) {
-          rep.live_sum[d].total += info.devices[d].total;
-          rep.live_sum[d].context += info.devices[d].context;
-          rep.live_sum[d].module += info.devices[d].module;
-          rep.live_sum[d].data += info.devices[d].data;
-        }
-      }
-    }
-    rep.slots.push_back(std::move(info));
-  }
-  for (std::uint32_t d = 0; d < devices; ++d) {
-    if (rep.aggregate_bytes[d] != rep.live_sum[d].total) {
-      rep.aggregates_match = false;
-      rep.problems.push_back("device " + std::to_string(d) + ": aggregate " + std::to_string(rep.aggregate_bytes[d]) +
-                             " != " + std::to_string(rep.live_sum[d].total) + " charged by live slots");
-    }
-  }
-  if (rep.occupancy != 0) {
-    rep.occupancy_zero = false;
-    rep.problems.push_back("occupancy " + std::to_string(rep.occupancy) + " (lock holder pid " +
-                           std::to_string(rep.lock_owner_pid) + ")");
-  }
-  ::munmap(base, v->bytes);
-  return rep;
-}
-
-result<repair_report> repair(const std::string& path, const options& opt) {
-  options o = opt;
-  o.exit_handlers = false;
-  auto r = region::attach(path, o);
-  if (!r) return r.error();
-  return (*r)->repair();
 }
 
 }  // namespace faultline::accounting

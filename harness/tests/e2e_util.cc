@@ -10,7 +10,7 @@
 #include "faults/preload/protocol.h"
 #include "harness/detail/proc.h"
 #include "harness/detail/sys.h"
-#include "harness/process.h"
+#include "harness/run/process.h"
 
 namespace faultline::harness::testing {
 

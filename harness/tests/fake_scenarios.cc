@@ -1,5 +1,5 @@
 // faultline-fake-scenarios: a stand-in for faultline-scenarios with the same command-line
-// contract (see harness/scenario_catalog.h), so that `faultline list/run/verify` are tested
+// contract (see harness/campaign/scenario_catalog.h), so that `faultline list/run/verify` are tested
 // without the real catalog. A permanent test fixture.
 //
 //   fake/counter   passes; its bug point bug/fake/skip-check makes it fail with

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/results.h"
+#include "harness/results/results.h"
 
 namespace faultline::reports::testing {
 

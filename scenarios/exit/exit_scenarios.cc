@@ -230,7 +230,7 @@ void early_reset(context& ctx) {
 }  // namespace
 
 void register_exit_scenarios(registry& r) {
-  // The soak's fault space (harness/fault_space.h): device calls, the pool's growth and the
+  // The soak's fault space (harness/campaign/fault_space.h): device calls, the pool's growth and the
   // window between the runtime's unloading check and its work slowed at random. The fixed
   // allocator must survive every combination; the bug points are verify's.
   const std::vector<std::string> fault_space = {

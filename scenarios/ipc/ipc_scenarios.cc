@@ -867,7 +867,7 @@ void reexport_chain(context& ctx) {
 }  // namespace
 
 void register_ipc_scenarios(registry& r) {
-  // The soak's fault space (harness/fault_space.h): children that start late (well inside the
+  // The soak's fault space (harness/campaign/fault_space.h): children that start late (well inside the
   // parent's join timeout) and device streams slowed at random.
   const std::vector<std::string> fault_space = {
       "ipc/child/start=1..50%delay(1ms..50ms)",

@@ -622,7 +622,7 @@ void unregister_all_under_load(context& ctx) {
 }  // namespace
 
 void register_registry_scenarios(registry& r) {
-  // The soak's fault space (harness/fault_space.h): workers, drains, registration and each step
+  // The soak's fault space (harness/campaign/fault_space.h): workers, drains, registration and each step
   // of an unregister slowed at random (items a scenario forces replace these for that point).
   const std::vector<std::string> fault_space = {
       "registry/worker/task=1..30%delay(10us..2ms)",

@@ -1,0 +1,187 @@
+// A campaign: many runs of one or more variants (a scenario, a scenario with a bug point
+// planted, a user's command), spread over worker threads, each run isolated by run_once and
+// recorded as one line of OUT/results.jsonl the moment it ends.
+//
+// Runs are numbered globally, round-robin over the variants (run k is repetition k / V of
+// variant k % V), so a shard (`--shard i/n`) takes every n-th run and a campaign stopped early
+// has tried every variant about equally. Repetition r of a variant gets seed S + r: the seed of
+// a failure is all it takes to replay it.
+//
+//   harness::campaign_options o;
+//   o.variants = {{.name = "exit/static-pool", .argv = {bin, "run", "exit/static-pool"}, .timeout = 20s}};
+//   o.repeat = 100;
+//   o.seed = 42;
+//   o.out_dir = "out";
+//   auto r = harness::run_campaign(o);   // r->summaries: one per variant
+//
+// Output directory (OUT = out_dir):
+//   OUT/results.jsonl   one line per run (results.h), appended; an existing file is appended
+//                       to, never truncated (without `resume`, nothing checks what it holds)
+//   OUT/campaign.json   the options that fix the run numbering (repeat, seed, shard, variant
+//                       names and fault specs), written when a campaign starts; what `resume`
+//                       checks against
+//   OUT/logs/RUN.log, OUT/runs/RUN/   a run's output and files, kept for every run that did
+//                       not pass and, by default, the first keep_passes passes of each variant
+//                       (`keep`); a pruned run's record has no "log" or "stacks"
+//   OUT/.faultline.lock  held (out_lock.h) while the campaign runs: a second campaign in OUT is
+//                       refused, naming the first one's pid
+//
+// Memory does not grow with the number of runs: the summaries are accumulated as runs finish
+// (summary.h) and no record is kept; a resumed campaign keeps one bit per recorded run.
+//
+// Resuming (`resume`): the results already in OUT/results.jsonl count as performed runs. A torn
+// last line (the harness was killed while writing it) is cut off with a warning; a malformed
+// line elsewhere, a record that this campaign would not have made (another name, seed or fault
+// spec for its run number) or a campaign.json with other options is an error, and nothing runs.
+// A run recorded twice counts once.
+//
+// Thread safety: run_campaign blocks; it may not be called twice at once in one process when
+// `check_shm` attribution matters (it is then only done with one job).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "harness/campaign/out_lock.h"
+#include "harness/results/results.h"
+#include "harness/results/shard.h"
+#include "harness/results/summary.h"
+#include "harness/run/runner.h"
+#include "harness/run/stacks.h"
+
+namespace faultline::harness {
+
+/// One thing to run repeatedly.
+struct variant {
+  std::string name;                      ///< recorded in results ("exit/static-pool", "my_test")
+  std::vector<std::string> argv;         ///< the command
+  std::string faults;                    ///< FAULTLINE_FAULTS for its runs ("" = none)
+  std::chrono::milliseconds timeout{600'000};
+  std::vector<std::string> env;          ///< extra "K=V" for its runs
+  bool gtest_output = false;             ///< ask gtest programs for RUNDIR/gtest.xml
+  bool in_run_dir = false;               ///< runs with RUNDIR as working directory (a scenario:
+                                         ///< its core lands there, one per run, never shared)
+};
+
+/// The most runs a campaign performs at once (each is a thread and a process tree).
+inline constexpr unsigned max_jobs = 1024;
+
+/// The first passes of each variant whose files keep_policy::failures keeps.
+inline constexpr std::uint64_t default_kept_passes = 3;
+
+/// Which runs keep their log and run directory once recorded.
+enum class keep_policy {
+  failures,  ///< every run that did not pass, and the first keep_passes passes of each variant
+  all,       ///< every run
+  none,      ///< every run that did not pass; no pass
+};
+
+/// "failures", "all", "none".
+std::string_view to_string(keep_policy k) noexcept;
+/// Inverse of to_string; nullopt for anything else.
+std::optional<keep_policy> keep_policy_from_string(std::string_view s) noexcept;
+
+/// How to run the campaign.
+struct campaign_options {
+  std::vector<variant> variants;
+  std::uint64_t repeat = 1;              ///< runs per variant (before sharding)
+  std::uint64_t seed = 0;                ///< repetition r runs with seed + r
+  bool until_fail = false;               ///< start no new run after the first failure
+  unsigned jobs = 1;                     ///< runs at once: 1..max_jobs, lowered to the runs to perform
+  shard part;                            ///< which runs this process performs
+  std::filesystem::path out_dir = "faultline-out";
+  std::chrono::milliseconds grace{1'000};
+  std::uint64_t log_limit_bytes = default_log_limit_bytes;  ///< each run's log (output_capture.h)
+  stack_options stacks;
+  crash_capture crash = crash_capture::automatic;  ///< how crashes in the runs are captured
+  std::vector<std::string> env;          ///< base environment of every run
+  std::ostream* progress = nullptr;      ///< progress line (null: none)
+  bool progress_tty = false;
+  const std::atomic<bool>* cancel = nullptr;  ///< stop: kill runs in flight, start no more
+  keep_policy keep = keep_policy::failures;   ///< whose files stay once the run is recorded
+  std::uint64_t keep_passes = default_kept_passes;  ///< passes per variant kept by `failures`
+  bool resume = false;                   ///< continue the campaign recorded in out_dir (without it, a
+                                         ///< new campaign replaces the one there)
+  /// Called (from the thread that noticed) with each warning as it happens; may be empty.
+  std::function<void(const std::string&)> warn;
+  /// The caller's hold of out_dir when it holds the directory beyond this call (run_soak, across
+  /// its state and report writing); null: run_campaign holds it for the call. A second lock of
+  /// the directory in one process would refuse itself.
+  const out_dir_lock* out_lock = nullptr;
+
+  // --- what a soak (harness/campaign/soak.h) adds to a campaign --------------------------------------
+  /// Run k is variant (k / shard count) mod V with seed `seed + k`, instead of variant k mod V
+  /// with seed `seed + k / V`: each shard then rotates through every variant whatever the shard
+  /// count (with k mod V, 8 shards of 16 variants would each see only 2 of them).
+  bool rotate_per_shard = false;
+  /// The fault spec of run `run` (a variant `v`), instead of v.faults: a soak draws one per run.
+  /// Must be a pure function of its arguments (resume checks recorded runs against it).
+  std::function<std::string(std::uint64_t run, const variant& v)> faults_of;
+  /// No run starts at or after this time (runs in flight finish). repeat still bounds the runs.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  /// Called with no run in flight after every `checkpoint_runs` runs performed (0: never): the
+  /// soak's leak checks and report updates. Runs wait while it runs.
+  std::uint64_t checkpoint_runs = 0;
+  std::function<void(std::uint64_t performed, std::uint64_t failures)> checkpoint;
+  /// Extra text at the end of the progress line (the soak's budget), and how often the line is
+  /// printed off a terminal.
+  std::function<std::string()> progress_suffix;
+  std::chrono::milliseconds progress_interval{5'000};
+  /// Whether the end of the campaign removes the /dev/shm/faultline* entries that appeared while
+  /// it ran (stray_shm); a soak checks them itself, more carefully (soak.h).
+  bool sweep_shm_at_end = true;
+};
+
+/// What a campaign did.
+struct campaign_result {
+  std::vector<variant_summary> summaries;  ///< one per variant, in the order of `variants`
+  std::uint64_t performed = 0;           ///< runs performed by this call
+  std::uint64_t resumed = 0;             ///< runs found already recorded (resume), counted once
+  unsigned jobs = 0;                     ///< runs that were in flight at once, at most
+  std::vector<std::string> warnings;     ///< every warning given through `warn`, in order
+  bool interrupted = false;              ///< cancelled before the end
+  bool stopped_early = false;            ///< --until-fail stopped it
+  std::vector<int> stray_pids;           ///< unattributed processes killed at the end
+  std::vector<std::string> stray_shm;    ///< /dev/shm/faultline* entries left (removed)
+  bool deadline_reached = false;         ///< the deadline stopped it before `repeat` ran out
+};
+
+/// "exit-static-pool.s42": the variant name made file-safe, plus the seed.
+std::string make_run_id(const std::string& name, std::uint64_t seed);
+
+/// The options that fix which run is which: what OUT/campaign.json holds.
+struct campaign_manifest {
+  std::uint64_t repeat = 1;
+  std::uint64_t seed = 0;
+  shard part;
+  std::vector<summary_key> variants;  ///< names and fault specs, in run-numbering order
+};
+
+/// The file name of the manifest in an output directory.
+inline constexpr const char* manifest_file = "campaign.json";
+
+/// The manifest of the campaign in `out_dir`; nullopt when it has none. Errors: corrupt when
+/// the file is not a manifest, io_error when it cannot be read.
+core::result<std::optional<campaign_manifest>> read_manifest(const std::filesystem::path& out_dir);
+
+/// Performs the campaign (resuming it with `o.resume`). A thread that cannot be started is a
+/// warning, not an error: the campaign goes on with the threads it has (at least the caller's).
+/// A record that cannot be written (a full disk) stops it: no new run starts, the runs in flight
+/// finish unrecorded (a resume performs them again), and the error says how many are recorded.
+/// Errors: busy when another campaign holds out_dir (the message names its pid), before anything
+/// in it is touched; invalid_argument for an empty variant list, jobs outside 1..max_jobs, an
+/// out_lock of another directory, or a resume into a directory whose campaign had other options
+/// (the message names them); corrupt for a malformed results file or manifest; io_error when the
+/// output directory, results file or manifest cannot be created or written.
+core::result<campaign_result> run_campaign(const campaign_options& o);
+
+}  // namespace faultline::harness

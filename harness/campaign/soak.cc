@@ -1,0 +1,462 @@
+#include "harness/campaign/soak.h"
+
+#include "harness/run/containment.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "faults/random.h"
+#include "harness/campaign/duration.h"
+#include "harness/campaign/fault_space.h"
+#include "harness/detail/sys.h"
+#include "harness/run/process.h"
+#include "harness/run/process_tree.h"
+#include "harness/run/runner.h"
+
+namespace faultline::harness {
+namespace {
+
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// A soak's runs are numbered without end; the campaign's repeat only has to stay far away.
+constexpr std::uint64_t unbounded_repeat = std::numeric_limits<std::uint64_t>::max() / 1024;
+
+// What OUT/soak.json holds.
+struct soak_state {
+  std::uint64_t seed = 0;
+  milliseconds budget{0};
+  milliseconds spent{0};
+  std::string shard;
+  std::vector<std::pair<std::string, std::vector<std::string>>> scenarios;  // name, fault space
+  std::uint64_t runs = 0, failures = 0;
+  std::vector<std::string> harness_leaks;
+  std::string started, updated;
+  bool finished = false;
+};
+
+nlohmann::json to_json(const soak_state& s) {
+  nlohmann::json scenarios = nlohmann::json::array();
+  for (const auto& [name, space] : s.scenarios) scenarios.push_back({{"name", name}, {"fault_space", space}});
+  return {{"format", 1},           {"seed", s.seed},     {"budget_ms", s.budget.count()},
+          {"spent_ms", s.spent.count()}, {"shard", s.shard}, {"scenarios", scenarios},
+          {"runs", s.runs},        {"failures", s.failures}, {"harness_leaks", s.harness_leaks},
+          {"started", s.started},  {"updated", s.updated}, {"finished", s.finished}};
+}
+
+core::result<std::optional<soak_state>> read_state(const fs::path& out_dir) {
+  const fs::path path = out_dir / soak_state_file;
+  auto text = detail::read_file(path, 16 << 20);
+  if (!text) {
+    if (text.code() == core::errc::not_found) return std::optional<soak_state>();
+    return text.error();
+  }
+  soak_state s;
+  try {
+    auto j = nlohmann::json::parse(*text);
+    if (j.at("format").get<int>() != 1) throw nlohmann::json::other_error::create(501, "unknown format " + j.at("format").dump(), &j);
+    s.seed = j.at("seed").get<std::uint64_t>();
+    s.budget = milliseconds(j.at("budget_ms").get<std::int64_t>());
+    s.spent = milliseconds(j.at("spent_ms").get<std::int64_t>());
+    if (s.spent.count() < 0) throw nlohmann::json::other_error::create(501, "negative spent_ms", &j);
+    s.shard = j.at("shard").get<std::string>();
+    for (const auto& sc : j.at("scenarios"))
+      s.scenarios.emplace_back(sc.at("name").get<std::string>(), sc.at("fault_space").get<std::vector<std::string>>());
+    s.runs = j.value("runs", std::uint64_t{0});
+    s.failures = j.value("failures", std::uint64_t{0});
+    s.harness_leaks = j.value("harness_leaks", std::vector<std::string>());
+    s.started = j.value("started", std::string());
+  } catch (const nlohmann::json::exception& e) {
+    return core::status(core::errc::corrupt, path.string() + " is not a faultline soak state: " + e.what());
+  }
+  return std::optional<soak_state>(std::move(s));
+}
+
+// Written to a temporary file and renamed over the old one: a reader (or a resume after a kill
+// at any moment) sees the old state or the new one, never half of one.
+core::status write_state(const fs::path& out_dir, const soak_state& s) {
+  const fs::path path = out_dir / soak_state_file;
+  const fs::path tmp = out_dir / (std::string(soak_state_file) + ".tmp");
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return detail::sys_error(errno, "open " + tmp.string());
+  auto st = detail::write_all(fd, to_json(s).dump(2) + "\n", "write " + tmp.string());
+  if (st && ::fsync(fd) != 0) st = detail::sys_error(errno, "fsync " + tmp.string());
+  ::close(fd);
+  if (st && ::rename(tmp.c_str(), path.c_str()) != 0) st = detail::sys_error(errno, "rename " + tmp.string());
+  if (!st) ::unlink(tmp.c_str());
+  return st;
+}
+
+core::status refuse(const fs::path& out_dir, const std::string& why) {
+  return core::status(core::errc::invalid_argument, "cannot resume the soak in " + out_dir.string() + ": " + why +
+                                                        "; resume with the scenarios it was started with, or use another --out");
+}
+
+// The harness's own open descriptors: number -> what it is.
+std::map<int, std::string> own_descriptors() {
+  std::map<int, std::string> fds;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return fds;
+  const int self = ::dirfd(d);
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const int fd = std::atoi(e->d_name);
+    if (fd == self) continue;
+    char target[512];
+    const std::string link = "/proc/self/fd/" + std::string(e->d_name);
+    const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+    fds[fd] = n > 0 ? std::string(target, static_cast<std::size_t>(n)) : "?";
+  }
+  ::closedir(d);
+  return fds;
+}
+
+// The checks between runs: they compare the harness and the machine with how they were when the
+// soak started and clean up (and name) whatever the runs since the last check left behind.
+class leak_checker {
+ public:
+  // `own_files`: paths the soak itself keeps open while it runs (its results file, the report
+  // and state being rewritten), which are not leaks.
+  leak_checker(std::chrono::milliseconds grace, std::vector<std::string> own_files)
+      : grace_(grace), fds_(own_descriptors()), own_files_(std::move(own_files)) {
+    const auto shm = faultline_shm_entries();
+    shm_.insert(shm.begin(), shm.end());
+  }
+
+  static constexpr std::chrono::seconds settle{2};
+
+  // Whether an unheld entry is waiting for its second look.
+  [[nodiscard]] bool has_suspects() const { return !suspects_.empty(); }
+
+  // Lines describing each leak found (empty when none).
+  std::vector<std::string> check(std::uint64_t after_runs) {
+    std::vector<std::string> found;
+    const std::string when = " (found after " + std::to_string(after_runs) + " runs)";
+    // Processes that escaped every run's tree.
+    for (pid_t pid : stray_children()) {
+      process_tree t(pid, "");
+      t.refresh();
+      std::string pids;
+      for (pid_t p : t.pids()) pids += " " + std::to_string(p);
+      t.terminate(grace_);
+      t.reap();
+      found.push_back("process(es) no run could claim, killed:" + pids + when);
+    }
+    reap_strays();
+    // Shared memory nobody holds any more. Another program on the machine (a test beside the
+    // soak) may create an entry and hold it only now and then: an entry counts as left behind
+    // once nobody has held it at two checks at least `settle` apart; it is then removed.
+    const auto now = clock_type::now();
+    std::vector<std::string> fresh;
+    for (const auto& name : faultline_shm_entries())
+      if (!shm_.count(name)) fresh.push_back(name);
+    const auto others = shm_held_by_others(fresh);
+    std::map<std::string, clock_type::time_point> still;
+    for (const auto& name : fresh) {
+      if (others.count(name)) continue;
+      auto seen = suspects_.find(name);
+      if (seen == suspects_.end()) {
+        still.emplace(name, now);
+        continue;
+      }
+      if (now - seen->second < settle) {
+        still.insert(*seen);
+        continue;
+      }
+      std::error_code ec;
+      fs::remove(fs::path("/dev/shm") / name, ec);
+      found.push_back("/dev/shm/" + name + " left by a run, removed" + when);
+    }
+    suspects_ = std::move(still);
+    // Descriptors of the harness itself: every run's pipes and files are closed by now.
+    for (const auto& [fd, what] : own_descriptors()) {
+      auto was = fds_.find(fd);
+      if (was != fds_.end() && was->second == what) continue;
+      if (std::any_of(own_files_.begin(), own_files_.end(), [&](const std::string& f) { return what.rfind(f, 0) == 0; })) continue;
+      if (reported_fds_.insert({fd, what}).second)
+        found.push_back("the harness holds descriptor " + std::to_string(fd) + " (" + what + ") it did not hold at the start" + when);
+    }
+    return found;
+  }
+
+ private:
+  std::chrono::milliseconds grace_;
+  std::map<int, std::string> fds_;
+  std::set<std::string> shm_;
+  std::vector<std::string> own_files_;
+  std::set<std::pair<int, std::string>> reported_fds_;
+  std::map<std::string, clock_type::time_point> suspects_;  // unheld /dev/shm entries, first seen  // a leaked descriptor is reported once
+};
+
+std::string iso_now() { return detail::iso_utc(std::chrono::system_clock::now()); }
+
+fs::path results_path_of(const fs::path& out_dir) { return out_dir / "results.jsonl"; }
+
+// Per scenario, the points of its fault space that no recorded run reached (a misspelt point, or
+// one the scenario never gets to): "scenario: point" lines. Reads the results file once, in
+// constant memory; a scenario without runs is not judged.
+std::vector<std::string> points_never_reached(const soak_options& o, const fs::path& results) {
+  std::map<std::string, std::set<std::string>> reached;
+  std::map<std::string, std::uint64_t> runs;
+  auto scan = scan_results(results, [&](run_record&& r, std::uint64_t) -> core::status {
+    ++runs[r.name];
+    reached[r.name].insert(r.points_reached.begin(), r.points_reached.end());
+    return {};
+  });
+  std::vector<std::string> out;
+  if (!scan) return out;
+  for (const auto& sc : o.scenarios) {
+    if (!runs[sc.name]) continue;
+    for (const auto& item : sc.fault_space) {
+      const std::string point = item.substr(0, item.find('='));
+      if (!reached[sc.name].count(point))
+        out.push_back(sc.name + ": " + point + " (in none of its " + std::to_string(runs[sc.name]) + " runs)");
+    }
+  }
+  return out;
+}
+
+std::uint64_t seed_from_clock() {
+  const auto ns = std::chrono::system_clock::now().time_since_epoch().count();
+  return faults::splitmix64_mix(static_cast<std::uint64_t>(ns)) >> 16;  // short enough to type
+}
+
+}  // namespace
+
+core::result<soak_result> run_soak(const soak_options& o) {
+  if (o.scenarios.empty()) return core::status(core::errc::invalid_argument, "soak: no scenarios");
+  if (o.budget.count() <= 0) return core::status(core::errc::invalid_argument, "soak: the budget must be positive");
+  if (!(o.timeout_scale > 0)) return core::status(core::errc::invalid_argument, "soak: the timeout scale must be positive");
+  for (const auto& sc : o.scenarios)
+    if (auto s = check_fault_space(sc.fault_space); !s) return core::status(s.code(), sc.name + ": " + s.message());
+
+  // Held until the last state and report are written; the campaign runs under it (c.out_lock).
+  auto out_lock = out_dir_lock::acquire(o.out_dir);
+  if (!out_lock) return out_lock.error();
+
+  std::error_code ec;
+  soak_state state;
+  std::optional<soak_state> was;
+  if (o.resume) {
+    auto r = read_state(o.out_dir);
+    if (!r) return r.error();
+    was = std::move(*r);
+    if (!was && fs::exists(o.out_dir / "results.jsonl", ec))
+      return refuse(o.out_dir, "it holds results but no " + std::string(soak_state_file) + " (a campaign of `run`, not a soak?)");
+  }
+  if (was) {
+    if (o.seed && *o.seed != was->seed)
+      return refuse(o.out_dir, "it was started with --seed " + std::to_string(was->seed) + ", this soak has --seed " + std::to_string(*o.seed));
+    bool same = was->scenarios.size() == o.scenarios.size();
+    for (std::size_t i = 0; same && i < o.scenarios.size(); ++i) same = was->scenarios[i].first == o.scenarios[i].name;
+    if (!same) return refuse(o.out_dir, "it soaks another list of scenarios (" + std::to_string(was->scenarios.size()) + " scenarios)");
+    for (std::size_t i = 0; i < o.scenarios.size(); ++i)
+      if (was->scenarios[i].second != o.scenarios[i].fault_space)
+        return refuse(o.out_dir, "the fault space of " + o.scenarios[i].name + " changed since it started (a rebuilt scenario binary?)");
+    state = *was;
+    state.budget = o.budget;  // a resume may extend (or shorten) the budget
+    state.finished = false;
+  } else {
+    state.seed = o.seed ? *o.seed : seed_from_clock();
+    state.budget = o.budget;
+    state.shard = o.part.to_string();
+    for (const auto& sc : o.scenarios) state.scenarios.emplace_back(sc.name, sc.fault_space);
+    state.started = iso_now();
+  }
+  state.shard = o.part.to_string();
+
+  // A new soak replaces an earlier one in the directory (run_campaign clears its files).
+  if (!o.resume) fs::remove(o.out_dir / soak_state_file, ec);
+  fs::create_directories(o.out_dir, ec);
+  if (ec) return core::status(core::errc::io_error, "create " + o.out_dir.string() + ": " + ec.message());
+
+  soak_result result;
+  result.seed = state.seed;
+  result.harness_leaks = state.harness_leaks;
+  const milliseconds spent_before = state.spent;
+  const auto start = clock_type::now();
+  auto spent = [&] { return spent_before + std::chrono::duration_cast<milliseconds>(clock_type::now() - start); };
+  const milliseconds left = state.budget > spent_before ? state.budget - spent_before : milliseconds(0);
+
+  std::mutex mu;  // guards state and result.harness_leaks from the checkpoint and reporter threads
+  auto warn = [&](const std::string& text) {
+    if (o.warn) o.warn(text);
+  };
+  if (auto s = write_state(o.out_dir, state); !s) return s;
+
+  campaign_options c;
+  for (const auto& sc : o.scenarios) {
+    variant v;
+    v.name = sc.name;
+    v.argv = {o.scenario_binary.string(), "run", sc.name};
+    v.timeout = milliseconds(static_cast<std::int64_t>(static_cast<double>(sc.timeout.count()) * o.timeout_scale));
+    v.in_run_dir = true;
+    c.variants.push_back(std::move(v));
+  }
+  const std::uint64_t seed = state.seed;
+  std::map<std::string, std::vector<std::string>> spaces;
+  for (const auto& sc : o.scenarios) spaces[sc.name] = sc.fault_space;
+  c.faults_of = [&spaces, seed](std::uint64_t run, const variant& v) {
+    auto spec = draw_faults(spaces.at(v.name), fault_draw_seed(seed, run));
+    return spec ? *spec : std::string();  // the spaces were checked above: a draw cannot fail
+  };
+  c.repeat = unbounded_repeat;
+  c.rotate_per_shard = true;
+  c.sweep_shm_at_end = false;  // the checks between runs and the final one below do it
+  c.seed = seed;
+  c.jobs = o.jobs;
+  c.part = o.part;
+  c.out_dir = o.out_dir;
+  c.grace = o.grace;
+  c.log_limit_bytes = o.log_limit_bytes;
+  c.stacks = o.stacks;
+  c.crash = o.crash;
+  c.env = o.env;
+  c.progress = o.progress;
+  c.progress_tty = o.progress_tty;
+  c.progress_interval = o.progress_tty ? milliseconds(100) : milliseconds(60'000);
+  c.cancel = o.cancel;
+  c.keep = o.keep;
+  c.resume = o.resume && was.has_value();
+  c.warn = o.warn;
+  c.out_lock = &*out_lock;
+  c.deadline = start + left;
+  c.progress_suffix = [&] {
+    return ", " + format_duration(std::chrono::duration_cast<std::chrono::seconds>(spent())) + " of " +
+           format_duration(state.budget) + " budget";
+  };
+
+  // The containment's own processes and descriptors (a watchdog and its socket) exist before the
+  // descriptor check's first look, not as something a run left behind.
+  if (auto s = prepare_containment(o.jobs); !s) warn("containment: " + s.message());
+  // Between runs: the leak checks (every few runs) and the state (at most once a second).
+  const fs::path out_abs = fs::absolute(o.out_dir, ec).lexically_normal();
+  leak_checker leaks(o.grace, {(out_abs / "results.jsonl").string(), (out_abs / "report.").string(),
+                               (out_abs / soak_state_file).string()});
+  auto last_state = clock_type::now();
+  c.checkpoint_runs = std::max<std::uint64_t>(1, std::uint64_t{4} * o.jobs);
+  // The reporter's files are open while it writes: the descriptor check waits for it.
+  std::mutex report_files_mu;
+  c.checkpoint = [&](std::uint64_t performed, std::uint64_t failures) {
+    std::vector<std::string> found;
+    {
+      std::lock_guard files(report_files_mu);
+      found = leaks.check(performed);
+    }
+    std::lock_guard lock(mu);
+    for (auto& f : found) {
+      warn("harness leak: " + f);
+      result.harness_leaks.push_back(f);
+      state.harness_leaks.push_back(std::move(f));
+    }
+    (void)failures;
+    if (clock_type::now() - last_state >= std::chrono::seconds(1) || !found.empty()) {
+      last_state = clock_type::now();
+      state.spent = spent();
+      state.updated = iso_now();
+      if (auto s = write_state(o.out_dir, state); !s) warn("cannot update " + std::string(soak_state_file) + ": " + s.message());
+    }
+  };
+
+  // The report, rewritten every report_every by a thread of its own (the runs go on meanwhile;
+  // a line being appended while it reads is a torn last line, which the reader skips).
+  const fs::path html = o.out_dir / "report.html", markdown = o.out_dir / "report.md";
+  auto write_report = [&](bool final) {
+    if (!o.write_report) return -1;
+    soak_report_request r;
+    r.out_dir = o.out_dir;
+    r.html = html;
+    r.markdown = markdown;
+    r.plotly_js = o.plotly_js;
+    r.title = "faultline soak, seed " + std::to_string(seed) + (final ? "" : " (running)");
+    std::ostringstream out, err;
+    std::unique_lock files(report_files_mu);
+    const int rc = o.write_report(r, out, err);
+    files.unlock();
+    if (rc != 0) {
+      std::string why = err.str();
+      while (!why.empty() && why.back() == '\n') why.pop_back();
+      warn("the soak's report was not (fully) written: " + why);
+    }
+    return rc;
+  };
+  std::mutex report_mu;
+  std::condition_variable report_cv;
+  bool done = false;
+  std::thread reporter([&] {
+    std::unique_lock lock(report_mu);
+    while (!report_cv.wait_for(lock, o.report_every, [&] { return done; })) {
+      lock.unlock();
+      {
+        std::lock_guard state_lock(mu);
+        state.spent = spent();
+        state.updated = iso_now();
+        if (auto s = write_state(o.out_dir, state); !s) warn("cannot update " + std::string(soak_state_file) + ": " + s.message());
+      }
+      write_report(false);
+      lock.lock();
+    }
+  });
+  auto campaign = run_campaign(c);
+  {
+    std::lock_guard lock(report_mu);
+    done = true;
+  }
+  report_cv.notify_all();
+  reporter.join();
+
+  // The final check and state, whatever the campaign's fate: a failed write must not lose what
+  // the soak knows. An entry seen unheld for the first time gets its second look.
+  std::vector<std::string> last_found = leaks.check(campaign ? campaign->performed : 0);
+  if (leaks.has_suspects()) {
+    std::this_thread::sleep_for(leak_checker::settle);
+    for (auto& f : leaks.check(campaign ? campaign->performed : 0)) last_found.push_back(std::move(f));
+  }
+  for (auto& f : last_found) {
+    warn("harness leak: " + f);
+    result.harness_leaks.push_back(f);
+    state.harness_leaks.push_back(std::move(f));
+  }
+  state.spent = spent();
+  state.updated = iso_now();
+  if (campaign) {
+    std::uint64_t runs = 0, failures = 0;
+    for (const auto& s : campaign->summaries) {
+      runs += s.runs;
+      failures += s.failures;
+    }
+    state.runs = runs;
+    state.failures = failures;
+    state.finished = campaign->deadline_reached;
+  }
+  auto state_written = write_state(o.out_dir, state);
+  if (!campaign) return campaign.error();
+  if (!state_written) return state_written;
+  result.campaign = std::move(*campaign);
+  result.spent = state.spent;
+  result.budget_spent = result.campaign.deadline_reached || left.count() == 0;
+  result.points_never_reached = points_never_reached(o, results_path_of(o.out_dir));
+  if (write_report(true) == 0) {
+    result.report_html = html;
+    result.report_markdown = markdown;
+  } else if (o.write_report && fs::exists(markdown, ec)) {
+    result.report_markdown = markdown;
+  }
+  return result;
+}
+
+}  // namespace faultline::harness

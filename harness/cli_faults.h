@@ -1,0 +1,40 @@
+// The --faults spec as the `faultline` command checks it before any run (run, exec, verify and
+// agent-env): the preloaded agent's own points (exit/, cuda/, process/start, spawn/parent, lock/,
+// posix/ and libc/, fn/) refuse up front an action they cannot take rather than ignore it, and
+// the spec says which libraries a process must preload (preload_environment, agent_dir.h).
+//
+//   auto spec = faults::parse(text);                // a malformed spec: the caller's usage error
+//   harness::check_agent_points(*spec);             // throws usage_error naming the item
+//   bool cupti = harness::names_cuda_runtime(*spec);
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <string>
+
+#include "faults/spec.h"
+
+namespace faultline::harness {
+
+/// A command-line mistake: run_cli prints "faultline: error: MESSAGE" and returns exit_usage.
+struct usage_error {
+  std::string message;
+};
+
+/// Whether the spec names CUDA runtime functions (cuda/cuda...): those points need the agent to
+/// be the CUDA injection library (cuda_points.h).
+bool names_cuda_runtime(const faults::spec& spec);
+
+/// Whether the spec names lock/ points: libfaultline_lock_points.so is preloaded for them.
+bool names_lock_points(const faults::spec& spec);
+
+/// Whether the spec names libfiu's POSIX preload points (posix/, libc/): it is preloaded for them.
+bool names_posix_points(const faults::spec& spec);
+
+/// Throws usage_error ("--faults: ITEM ...") for the first item of `spec` that asks an agent
+/// point for what it cannot do: an action other than off, delay, abort, kill, print or stop
+/// (plus fail where the point takes one, teardown for cuda/), an @filter outside process/start,
+/// spawn/parent and lock/, a wildcard or malformed fn/ point, fail on a CUDA runtime call.
+void check_agent_points(const faults::spec& spec);
+
+}  // namespace faultline::harness

@@ -1,0 +1,390 @@
+#include "harness/run/runner.h"
+
+#include "harness/run/containment.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <thread>
+
+#include "faults/engine.h"
+#include "harness/run/core_dump.h"
+#include "harness/run/output_capture.h"
+
+#include "faults/preload/phase_table.h"
+#include "faults/preload/protocol.h"
+#include "harness/detail/sys.h"
+#include "harness/run/phases.h"
+#include "harness/run/process.h"
+#include "harness/run/process_tree.h"
+
+namespace faultline::harness {
+namespace {
+
+namespace fs = std::filesystem;
+using clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds since(clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - t);
+}
+
+core::status prepare(const run_request& rq, std::optional<output_capture>& output) {
+  std::error_code ec;
+  // An existing directory is emptied, not replaced: creating one is the costliest step of a
+  // short run on ext4 (campaign.cc reuses one per thread).
+  if (fs::is_directory(fs::symlink_status(rq.run_dir, ec))) {
+    std::vector<fs::path> left;
+    for (fs::directory_iterator it(rq.run_dir, ec), end; !ec && it != end; it.increment(ec))
+      if ((it->path().filename() != premature_exit_file && it->path().filename() != agent::phase_table_file) ||
+          !it->is_regular_file(ec))
+        left.push_back(it->path());
+    for (const auto& p : left) fs::remove_all(p, ec);
+  } else {
+    fs::remove_all(rq.run_dir, ec);
+    fs::create_directories(rq.run_dir, ec);
+  }
+  if (ec) return core::status(core::errc::io_error, "create " + rq.run_dir.string() + ": " + ec.message());
+  // The agent's phase table, kept from run to run like the premature-exit file.
+  if (auto st = reset_phase_table(rq.run_dir); !st) return st;
+  fs::create_directories(rq.log_path.parent_path(), ec);
+  auto opened = output_capture::open(rq.log_path, rq.log_limit_bytes);
+  if (!opened) return opened.error();
+  output.emplace(std::move(*opened));
+  // gtest creates this file when it starts and deletes it when the tests are done; creating it
+  // first makes "deleted by the program" mean "the tests finished".
+  // Kept from the previous run in this directory when that run left it (not a gtest program):
+  // a file created and removed per run is a measurable part of a short run's cost.
+  int fd = ::open((rq.run_dir / premature_exit_file).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) ::close(fd);
+  return {};
+}
+
+static_assert(std::string_view(agent::points_file_prefix) == faults::reached_points_file_prefix,
+              "the fault engine and the agent write the same points.PID files");
+
+// The agent's side of `outside` capture: a pipe whose write end every process of the run
+// inherits (FAULTLINE_AGENT_CRASH_FD), read by the runner.
+struct crash_channel {
+  int read_fd = -1;
+  int write_fd = -1;
+  std::string pending;  // a partial line
+  ~crash_channel() {
+    if (read_fd >= 0) ::close(read_fd);
+    if (write_fd >= 0) ::close(write_fd);
+  }
+};
+
+// Process state letter from /proc/PID/stat ('T' stopped, 'Z' zombie), or 0 when it is gone.
+char state_of(pid_t pid) {
+  auto st = detail::read_stat(pid);
+  return st ? st->state : 0;
+}
+
+// Waits (bounded) until `pid` has stopped; false when it died or did not stop in time.
+bool wait_stopped(pid_t pid, std::chrono::milliseconds bound) {
+  const auto until = clock::now() + bound;
+  for (;;) {
+    const char st = state_of(pid);
+    if (st == 'T' || st == 't') return true;
+    if (st == 0 || st == 'Z' || st == 'X' || clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// Reads the crash records available on the channel: the processes and threads that crashed.
+std::vector<faulted_thread> read_crash_records(crash_channel& ch) {
+  std::vector<faulted_thread> pids;
+  char buf[512];
+  for (;;) {
+    ssize_t n = ::read(ch.read_fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    ch.pending.append(buf, static_cast<std::size_t>(n));
+  }
+  std::size_t nl;
+  while ((nl = ch.pending.find('\n')) != std::string::npos) {
+    std::istringstream line(ch.pending.substr(0, nl));
+    ch.pending.erase(0, nl + 1);
+    std::string word;
+    long pid = 0, tid = 0, sig = 0;
+    if (line >> word >> pid >> tid >> sig && word == "crash" && pid > 0)
+      pids.push_back({static_cast<pid_t>(pid), static_cast<pid_t>(tid)});
+  }
+  return pids;
+}
+
+}  // namespace
+
+std::string_view to_string(crash_capture c) noexcept {
+  switch (c) {
+    case crash_capture::automatic: return "auto";
+    case crash_capture::core: return "core";
+    case crash_capture::outside: return "outside";
+    case crash_capture::minimal: return "minimal";
+    case crash_capture::inside: return "inside";
+    case crash_capture::none: return "none";
+  }
+  return "auto";
+}
+
+std::optional<crash_capture> crash_capture_from_string(std::string_view s) noexcept {
+  for (auto c : {crash_capture::automatic, crash_capture::core, crash_capture::outside, crash_capture::minimal,
+                 crash_capture::inside, crash_capture::none})
+    if (to_string(c) == s) return c;
+  return std::nullopt;
+}
+
+crash_capture resolve_crash_capture(crash_capture requested, std::string* why, const fs::path& cwd) {
+  if (why) why->clear();
+  if (requested == crash_capture::automatic || requested == crash_capture::core) {
+    std::error_code ec;
+    std::string no_cores = enable_core_capture();
+    if (no_cores.empty()) no_cores = core_destination_problem(cwd.empty() ? fs::current_path(ec) : cwd);
+    if (no_cores.empty()) return crash_capture::core;
+    if (why) *why = no_cores;
+    return crash_capture::none;
+  }
+  if (requested == crash_capture::outside && !outside_capture_available()) {
+    if (why) *why = "neither gdb nor eu-stack is installed";
+    return crash_capture::minimal;
+  }
+  return requested;
+}
+
+std::vector<std::string> faultline_shm_entries() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/dev/shm", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind("faultline", 0) == 0) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The run's own tree is gone when this is asked, so an entry held elsewhere belongs to someone
+// else on the machine (another campaign, a test beside this one) that created it while the run ran.
+std::set<std::string> shm_held_by_others(const std::vector<std::string>& names) {
+  std::set<std::string> held;
+  if (names.empty()) return held;
+  std::set<std::string> paths;
+  for (const auto& n : names) paths.insert("/dev/shm/" + n);
+  const std::string self = std::to_string(::getpid());
+  std::error_code ec;
+  for (const auto& proc : fs::directory_iterator("/proc", ec)) {
+    const std::string pid = proc.path().filename().string();
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid == self) continue;
+    std::error_code fd_ec;
+    for (const auto& fd : fs::directory_iterator(proc.path() / "fd", fd_ec)) {
+      std::error_code link_ec;
+      const std::string target = fs::read_symlink(fd.path(), link_ec).string();
+      if (!link_ec && paths.count(target)) held.insert(target.substr(9));
+    }
+    if (auto maps = detail::read_file((proc.path() / "maps").string())) {
+      for (const auto& path : paths) {
+        if (maps->find(path) != std::string::npos) held.insert(path.substr(9));
+      }
+    }
+  }
+  return held;
+}
+
+run_report run_once(const run_request& rq) {
+  static const core::status subreaper = become_subreaper();
+  run_report rep;
+  rep.started = std::chrono::system_clock::now();
+  run_evidence& ev = rep.evidence;
+  ev.run_dir = rq.run_dir;
+  ev.log_path = rq.log_path;
+
+  std::optional<output_capture> output;
+  auto ready = prepare(rq, output);
+  if (!ready || !subreaper) {
+    ev.spawn_failed = true;
+    ev.spawn_error = (!ready ? ready : subreaper).message();
+    rep.verdict = classify(ev);
+    return rep;
+  }
+  ev.premature_exit_armed = true;
+
+  auto env = rq.env;
+  set_env(env, agent::run_dir_env, fs::absolute(rq.run_dir).string());
+  set_env(env, "TEST_PREMATURE_EXIT_FILE", fs::absolute(rq.run_dir / premature_exit_file).string());
+  if (rq.gtest_output && !get_env(env, "GTEST_OUTPUT"))
+    set_env(env, "GTEST_OUTPUT", "xml:" + fs::absolute(rq.run_dir / gtest_xml_file).string());
+  std::error_code cwd_ec;
+  const fs::path run_cwd = rq.in_run_dir ? fs::absolute(rq.run_dir) : fs::current_path(cwd_ec);
+  crash_channel channel;
+  const crash_capture capture = get_env(env, agent::crash_mode_env) ? crash_capture::none : resolve_crash_capture(rq.crash, nullptr, run_cwd);
+  if (!get_env(env, agent::crash_mode_env)) {
+    switch (capture) {
+      case crash_capture::outside: {
+        int fds[2];
+        if (::pipe2(fds, O_CLOEXEC) == 0) {
+          channel.read_fd = fds[0];
+          channel.write_fd = fds[1];
+          ::fcntl(channel.read_fd, F_SETFL, O_NONBLOCK);
+          set_env(env, agent::crash_mode_env, "stop");
+          set_env(env, agent::crash_fd_env, std::to_string(channel.write_fd));
+        } else {
+          set_env(env, agent::crash_mode_env, "minimal");
+        }
+        break;
+      }
+      case crash_capture::minimal: set_env(env, agent::crash_mode_env, "minimal"); break;
+      case crash_capture::inside: set_env(env, agent::crash_mode_env, "report"); break;
+      case crash_capture::core:
+      case crash_capture::none:
+      case crash_capture::automatic: set_env(env, agent::crash_mode_env, "off"); break;
+    }
+  }
+  const std::set<std::string> shm_before = [&] {
+    auto v = rq.check_shm ? faultline_shm_entries() : std::vector<std::string>{};
+    return std::set<std::string>(v.begin(), v.end());
+  }();
+
+  spawn_options so;
+  so.argv = rq.argv;
+  so.envp = std::move(env);
+  so.stdout_fd = output->write_fd();  // stdout and stderr, as `prog 2>&1 | cat` would have them
+  if (rq.in_run_dir) so.cwd = run_cwd.string();
+  so.contain = true;  // the run's tree ends with the harness, however it ends (containment.h)
+  if (channel.write_fd >= 0) so.keep_fds.push_back(channel.write_fd);
+  const auto start = clock::now();
+  auto spawned = spawn(so);
+  output->close_write_end();  // the run's processes hold it now
+  if (channel.write_fd >= 0) {
+    ::close(channel.write_fd);  // the run's processes hold it now
+    channel.write_fd = -1;
+  }
+  if (!spawned) {
+    ev.spawn_failed = true;
+    ev.spawn_error = spawned.error().message();
+    rep.verdict = classify(ev);
+    return rep;
+  }
+  child& leader = *spawned;
+  ev.leader = leader.pid();
+  fs::path crash_stacks;
+  process_tree tree(leader.pid(), fs::absolute(rq.run_dir).string());
+
+  // Wait for the leader, rescanning the tree on a backoff so that short-lived intermediates
+  // are seen before they exit and their children get reparented. A crash record on the channel
+  // interrupts the wait: the crashing process is stopped and waits for its capture.
+  auto deadline = start + rq.timeout;
+  // A watched run's cgroup names every process of the run, however it was reparented: nothing to
+  // rescan while it runs, and nothing of the harness's then competes with the program for a CPU
+  // (on a 2-core machine the rescans at 5, 10, 20 ms fell inside exit races and changed them).
+  const bool watched = !run_cgroup_of(leader.pid()).empty();
+  auto tick = std::chrono::milliseconds(watched ? 200 : 5);
+  bool exited = false;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+    if (left.count() <= 0) break;
+    pollfd waits[2] = {{leader.pidfd(), POLLIN, 0}, {channel.read_fd, POLLIN, 0}};
+    int woke = ::poll(waits, 2, static_cast<int>(std::min(left, tick).count()));
+    if (woke < 0 && errno != EINTR) woke = 1;  // a pidfd that cannot be polled: treat as gone
+    if (woke > 0 && waits[1].revents != 0) {
+      const auto paused = clock::now();
+      for (const faulted_thread& crashed : read_crash_records(channel)) {
+        // Stopped by its own SIGSTOP: capture everything from outside, then let it die.
+        if (!wait_stopped(crashed.pid, std::chrono::seconds(2))) continue;
+        tree.refresh();
+        const auto out = rq.run_dir / agent::crash_stacks_file;
+        stack_options outside = rq.stacks;
+        outside.method = stack_method::automatic;
+        if (capture_stacks_outside(tree.alive(), out, outside, crashed)) crash_stacks = out;
+        ::kill(crashed.pid, SIGCONT);
+      }
+      if (waits[1].revents & (POLLHUP | POLLERR)) {
+        ::close(channel.read_fd);  // every writer is gone: stop polling it
+        channel.read_fd = -1;
+      }
+      deadline += clock::now() - paused;  // the program was not running meanwhile
+    }
+    if (woke > 0 && waits[0].revents != 0) {
+      exited = true;
+      break;
+    }
+    if (rq.cancel && rq.cancel->load()) {
+      rep.interrupted = true;
+      break;
+    }
+    if (!watched) tree.refresh();
+    tick = std::min(tick * 2, std::chrono::milliseconds(200));
+  }
+  rep.duration = since(start);
+  const auto end_of_run = clock::now();
+
+  if (!exited) {
+    // Timed out (or cancelled): stacks first, while every process is still where it hung.
+    ev.timed_out = !rep.interrupted;
+    tree.refresh();
+    if (ev.timed_out && rq.stacks.method != stack_method::none) {
+      auto procs = tree.alive();
+      ev.stacks_path = rq.run_dir / stacks_file;
+      if (!capture_stacks(procs, rq.run_dir, ev.stacks_path, rq.stacks)) ev.stacks_path.clear();
+    }
+    rep.stuck_pids = tree.terminate(rq.grace);
+    ev.wait_status = leader.reap();
+  } else {
+    ev.wait_status = leader.reap();
+    tree.refresh();
+    auto survivors = tree.alive();
+    if (!survivors.empty()) {
+      tree.wait_all_exited(rq.leak_settle);
+      tree.refresh();
+      survivors = tree.alive();
+    }
+    for (const auto& p : survivors) {
+      ev.leaked_pids.push_back(p.pid);
+      ev.leaked_comms.push_back(p.comm);
+    }
+    if (!survivors.empty()) rep.stuck_pids = tree.terminate(rq.grace);
+  }
+  if (capture == crash_capture::core && crash_stacks.empty() && ev.wait_status && WIFSIGNALED(*ev.wait_status)) {
+    // The kernel's core of the crashed process: every thread, frozen at the fault.
+    const auto out = rq.run_dir / agent::crash_stacks_file;
+    std::error_code ec;
+    if (capture_core(tree.pids(), run_cwd, rq.run_dir, rep.started, out)) crash_stacks = out;
+  }
+  ev.crash_stacks_path = crash_stacks;
+  tree.reap();
+  reap_strays();
+  // Everything of the run's tree is gone: the pipe ends now unless a process outside the run
+  // (an escapee under FAULTLINE_CONTAINMENT=none) still holds it.
+  rep.output = output->finish(rq.output_grace);
+  const bool exited_zero = ev.wait_status && WIFEXITED(*ev.wait_status) && WEXITSTATUS(*ev.wait_status) == 0;
+  if (!rq.keep_log || !exited_zero) output->commit();  // before classify, which reads a failure's log
+  rep.teardown = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - end_of_run);
+
+  if (rq.check_shm) {
+    std::vector<std::string> fresh;
+    for (const auto& name : faultline_shm_entries()) {
+      if (!shm_before.count(name)) fresh.push_back(name);
+    }
+    const std::set<std::string> others = shm_held_by_others(fresh);
+    for (const auto& name : fresh) {
+      if (others.count(name)) continue;
+      ev.leaked_shm.push_back(name);
+      std::error_code ec;
+      fs::remove(fs::path("/dev/shm") / name, ec);  // the next run must not inherit it
+    }
+  }
+  rep.verdict = classify(ev);
+  if (rq.keep_log) {
+    if (rq.keep_log(rep)) output->commit();
+    else output->discard();
+  }
+  return rep;
+}
+
+}  // namespace faultline::harness
