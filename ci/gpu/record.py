@@ -45,118 +45,21 @@ EXEC_OVERHEAD_TARGET_MS = 0.5       # faultline exec's cost per run of a no-op p
 EXEC_THROUGHPUT_TARGET = 0.8        # faultline exec's throughput vs the shell loops, --jobs = cores
 
 
-def _load_alloc_ratios():
-    spec = importlib.util.spec_from_file_location("alloc_ratios", os.path.join(HERE, "alloc-ratios.py"))
+def _load_sibling(name, file):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, file))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-alloc_ratios = _load_alloc_ratios()
-
-
-# ---------------------------------------------------------------------------------------------
-# Output helpers
-
-class Record:
-    def __init__(self):
-        self.lines = []
-        self.failed = []      # (part, text): checks that did not hold
-        self.unchecked = []   # (part, text): checks that could not be made (not measured)
-        self.device = None    # FAULTLINE_DEVICE of the run, from machine.txt
-
-    def out(self, text=""):
-        self.lines.append(text)
-
-    def fail(self, part, text):
-        self.failed.append((part, text))
-
-    def cannot(self, part, text):
-        self.unchecked.append((part, text))
-
-    def table(self, header, rows):
-        self.out("| " + " | ".join(cell(h) for h in header) + " |")
-        self.out("|" + "---|" * len(header))
-        for r in rows:
-            self.out("| " + " | ".join(cell(x) for x in r) + " |")
-        self.out()
-
-    def code(self, text, lang=""):
-        fence = "````" if "```" in text else "```"
-        self.out(fence + lang)
-        for line in text.rstrip("\n").splitlines():
-            self.out(line)
-        self.out(fence)
-        self.out()
-
-    def not_run(self, what):
-        self.out(f"Not run ({what}).")
-        self.out()
-
-
-def cell(x):
-    s = "" if x is None else str(x)
-    return s.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").strip()
-
-
-def tick(s):
-    """Inline code, safe for backticks inside."""
-    s = str(s)
-    return f"`` {s} ``" if "`" in s else f"`{s}`"
-
-
-def num(x, digits=3):
-    """A value with `digits` significant digits, thousands separated, never in exponent form."""
-    if x is None:
-        return "-"
-    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
-        return str(x)
-    if x == 0:
-        return "0"
-    mag = math.floor(math.log10(abs(x)))
-    decimals = max(0, digits - 1 - mag)
-    return f"{x:,.{decimals}f}"
-
-
-def ratio(a, b, suffix="×"):
-    return f"{a / b:.2f}{suffix}" if a and b else "-"
-
-
-def read_text(path):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def tail(text, n):
-    return "\n".join((text or "").rstrip("\n").splitlines()[-n:])
-
-
-def jsonl(path):
-    """The JSON objects of a JSON-lines file, and how many lines did not parse."""
-    objs, bad = [], 0
-    text = read_text(path)
-    for line in (text or "").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            o = json.loads(line)
-        except ValueError:
-            bad += 1
-            continue
-        if isinstance(o, dict):
-            objs.append(o)
-        else:
-            bad += 1
-    return objs, bad
-
-
-def median_or_inf(values):
-    finite = [math.inf if v is None else v for v in values]
-    return statistics.median(finite) if finite else None
+alloc_ratios = _load_sibling("alloc_ratios", "alloc-ratios.py")
+# The output helpers and the RMM clients' section live beside this file.
+_helpers = _load_sibling("record_helpers", "record_helpers.py")
+Record, cell, tick, num, ratio = _helpers.Record, _helpers.cell, _helpers.tick, _helpers.num, _helpers.ratio
+read_text, tail, jsonl, median_or_inf = _helpers.read_text, _helpers.tail, _helpers.jsonl, _helpers.median_or_inf
+_rmm = _load_sibling("record_rmm", "record_rmm.py")
+SUMMARY, SIGNATURE, CASE = _rmm.SUMMARY, _rmm.SIGNATURE, _rmm.CASE
+parse_rmm, crash_frames, rmm = _rmm.parse_rmm, _rmm.crash_frames, _rmm.rmm
 
 
 # ---------------------------------------------------------------------------------------------
@@ -932,119 +835,6 @@ def exit_efficiency(rec, raw):
             "`?`: the campaign gave no result. Amplifier: `exit/end=delay(100ms)`.")
     rec.out()
     rec.table(["subject", "without", "with the amplifier"], rows)
-
-
-# ---------------------------------------------------------------------------------------------
-# RMM clients
-
-SUMMARY = re.compile(r"^(?P<name>\S+): (?P<runs>\d+) runs?, (?P<outcomes>[^;]*); failure rate (?P<rate>[\d.]+)% "
-                     r"\(95% CI (?P<lo>[\d.]+)% - (?P<hi>[\d.]+)%\)")
-SIGNATURE = re.compile(r"^\s+(?P<count>\d+)x (?P<kind>\S+)\s+(?P<sig>.*)$")
-CASE = re.compile(r"^=== (?P<name>[A-Za-z0-9_.+-]+)\s*$")
-
-
-def parse_rmm(text):
-    """[{name, summary: match or None, signatures: [(count, kind, sig)], stack: [lines], lines}]"""
-    cases, cur, in_stack = [], None, False
-    for line in text.splitlines():
-        m = CASE.match(line)
-        if m:
-            cur = {"name": m["name"], "summary": None, "signatures": [], "stack": [], "stack_file": None,
-                   "repro": None, "header": []}
-            cases.append(cur)
-            in_stack = False
-            continue
-        if cur is None:
-            continue
-        if line.startswith("--- "):
-            in_stack = True
-            cur["stack_file"] = line[4:].strip()
-            continue
-        if in_stack:
-            cur["stack"].append(line)
-            continue
-        if (s := SUMMARY.match(line)) and cur["summary"] is None:
-            cur["summary"] = s
-        elif (s := SIGNATURE.match(line)) and cur["summary"] is not None:
-            cur["signatures"].append((int(s["count"]), s["kind"], s["sig"].strip()))
-        elif line.strip().startswith("repro:"):
-            cur["repro"] = line.strip()[len("repro:"):].strip()
-        elif line.startswith("faultline:"):
-            cur["header"].append(line)
-    return cases
-
-
-def crash_frames(stack, limit=15):
-    """Up to `limit` frames of the crashing thread (the thread named in the first `=== process`
-    line), else the first frames of the file, else its first lines."""
-    thread = None
-    for line in stack:
-        m = re.match(r"^=== process \d+ .*thread (\d+)", line)
-        if m:
-            thread = m[1]
-            break
-    frames = []
-    if thread:
-        inside = False
-        for line in stack:
-            if re.match(r"^Thread \d+ ", line):
-                inside = re.search(rf"\bLWP {thread}\b", line) is not None
-                continue
-            if line.startswith("=== "):
-                if frames:
-                    break
-                continue
-            if inside and line.startswith("#"):
-                frames.append(line)
-    if not frames:
-        frames = [line for line in stack if line.startswith("#")]
-    if not frames:
-        frames = [line for line in stack if line.strip()]
-    return frames[:limit]
-
-
-def rmm(rec, raw):
-    rec.out("## RMM clients under `faultline exec` (26.04: before RMM #2367; 26.06: with it)")
-    rec.out()
-    path = os.path.join(raw, "rmm", "rmm-clients.txt")
-    text = read_text(path)
-    if text is None:
-        skipped = read_text(os.path.join(raw, "rmm-skipped.txt"))
-        rec.not_run(skipped.strip() if skipped else "no rmm/rmm-clients.txt")
-        return
-    cases = parse_rmm(text)
-    if not cases:
-        rec.fail("rmm", "rmm/rmm-clients.txt holds no case")
-        rec.not_run("rmm/rmm-clients.txt holds no case")
-        return
-    rows = []
-    for c in cases:
-        s = c["summary"]
-        top = c["signatures"][0] if c["signatures"] else None
-        if s is None:
-            rows.append([tick(c["name"]), "-", "no summary (faultline exec gave none)", "-", "-"])
-            rec.fail("rmm", f"{c['name']}: no summary from faultline exec")
-            continue
-        rows.append([tick(c["name"]), s["runs"], s["outcomes"],
-                     f"{float(s['rate']):.1f}% ({float(s['lo']):.1f}–{float(s['hi']):.1f}%)",
-                     f"{top[0]}× {top[1]} {tick(top[2])}" if top else "-"])
-    rec.out("Cases: release, `_worker` a detached thread still allocating while `main` returns, "
-            "`_amplified` with `exit/end=delay(100ms)`.")
-    rec.out()
-    rec.table(["case", "runs", "outcomes", "failure rate (95% CI)", "top signature"], rows)
-    crashed = [c for c in cases if "2604" in c["name"] and c["stack"]
-               and c["summary"] is not None and "crash" in c["summary"]["outcomes"]]
-    crashed = crashed or [c for c in cases if "2604" in c["name"] and c["stack"]]
-    if crashed:
-        c = crashed[0]
-        frames = crash_frames(c["stack"])
-        rec.out(f"First crash of {tick(c['name'])}, the crashing thread's frames as faultline read them "
-                f"({c['stack_file'] or 'crash-stacks.txt'}; the signature keeps the top frames):")
-        rec.out()
-        rec.code("\n".join(frames))
-    else:
-        rec.out("No 26.04 case has a crash's stack in the summary.")
-        rec.out()
 
 
 # ---------------------------------------------------------------------------------------------
