@@ -54,10 +54,13 @@ std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64's finaliser
   return x ^ (x >> 31);
 }
 
+using index_fn = long (*)() noexcept;
+// The agent's faultline_agent_process_index, looked up when seeding (in a constructor): the first
+// draw may come from a signal handler (the fn/ points' SIGTRAP handler), where dlsym must not run.
+index_fn process_index = nullptr;
+
 void pick_stream() noexcept {
-  using index_fn = long (*)() noexcept;
-  detail::dlsym_fn look = detail::glibc_dlsym();
-  auto index = reinterpret_cast<index_fn>(look != nullptr ? look(RTLD_DEFAULT, "faultline_agent_process_index") : nullptr);
+  const index_fn index = process_index;
   const long k = index != nullptr ? index() : -1;
   // The run's first process draws from the seed itself, every other from the seed and its place.
   // Without a place (no phase table in the run directory: faultline's runner always makes one)
@@ -74,6 +77,9 @@ void seed_points(const char* seed_text) noexcept {
   if (!detail::parse_seed_text(seed_text, base_seed)) return;
   point_rng.reseed(base_seed);
   stream_picked.store(false, std::memory_order_relaxed);
+  detail::dlsym_fn look = detail::glibc_dlsym();
+  process_index =
+      reinterpret_cast<index_fn>(look != nullptr ? look(RTLD_DEFAULT, "faultline_agent_process_index") : nullptr);
   static bool registered = false;
   if (!registered) registered = ::pthread_atfork(nullptr, nullptr, &repick_in_child) == 0;
 }
