@@ -10,6 +10,7 @@
 // started with that environment (not by faultline), then agent-report.
 #include "harness/agent_dir.h"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +27,20 @@
 #include "harness/run/phases.h"
 #include "harness/run/process.h"
 #include "harness/tests/e2e_util.h"
+
+// A function, and 63 bytes after it that no symbol covers (as the stripped internals of a static
+// CUDA runtime inside a library are): addr2line names them after the function all the same.
+extern "C" void fl_agent_dir_named();
+asm(R"(
+    .text
+    .p2align 4
+    .globl fl_agent_dir_named
+    .type fl_agent_dir_named, @function
+fl_agent_dir_named:
+    ret
+    .size fl_agent_dir_named, 1
+    .skip 63, 0xcc
+)");
 
 namespace faultline::harness {
 namespace {
@@ -78,6 +93,24 @@ constexpr const char* late_cuda_text =
     "\n"
     "call cuEventDestroy_v2 4\n"
     "#0 0x7f0000010000 /opt/lib/libfaultline_agent.so+0x10000 faultline::agent::record_late_cuda(char const*, int)\n"
+    "#1 0x7f0000050100 /opt/app/bin/client+0x600 pool_holder::~pool_holder()\n"
+    "\n"
+    // CUDA's own teardown (the static runtime inside the program, then libc's exit): not the
+    // program's call.
+    "call cuDevicePrimaryCtxRelease 4\n"
+    "#0 0x7f0000010000 /opt/lib/libfaultline_agent.so+0x10000 faultline::agent::record_late_cuda(char const*, int)\n"
+    "#1 0x7f0000010100 /opt/lib/libfaultline_agent.so+0x10100 faultline_cuda_result\n"
+    "#2 0x7f0000050200 /opt/app/bin/client+0x700 libcudart_static_4d8b33a106dceb3c6e1a3a6ff5a2c8d7\n"
+    "#3 0x7f0000001000 /lib/x86_64-linux-gnu/libc.so.6+0x1000 __run_exit_handlers\n"
+    "#4 0x7f0000002000 /lib/x86_64-linux-gnu/libc.so.6+0x2000 exit\n"
+    "\n"
+    // The same from a library's destructor (the runtime linked into librmm.so): what called the
+    // C library's __cxa_finalize is exit plumbing, not the call's maker.
+    "call cuDevicePrimaryCtxRelease 4\n"
+    "#0 0x7f0000010000 /opt/lib/libfaultline_agent.so+0x10000 faultline::agent::record_late_cuda(char const*, int)\n"
+    "#1 0x7f0000070000 /opt/app/lib/librmm.so+0x827c9 libcudart_static_4d8b33a106dceb3c6e1a3a6ff5a2c8d7\n"
+    "#2 0x7f0000003000 /lib/x86_64-linux-gnu/libc.so.6+0x3000 __cxa_finalize\n"
+    "#3 0x7f0000071000 /opt/app/lib/librmm.so+0x23677 ??\n"
     "\n";
 
 TEST_F(agent_dir, reports_each_crash_with_its_pid_signal_phase_and_classify_signature) {
@@ -127,6 +160,7 @@ TEST_F(agent_dir, reads_markers_from_the_phase_table_too) {
   EXPECT_EQ(f->processes, 1u);
 }
 
+// A driver call none of whose frames is the program's own is CUDA's exit teardown: not listed.
 TEST_F(agent_dir, groups_late_cuda_calls_per_api_with_counts_pids_and_signature) {
   write("late-cuda.1000", late_cuda_text);
   write("late-cuda.1001", "call cudaEventSynchronize 4\n");  // past the framed calls: no frames
@@ -138,13 +172,39 @@ TEST_F(agent_dir, groups_late_cuda_calls_per_api_with_counts_pids_and_signature)
   EXPECT_EQ(destroy.api, "cuEventDestroy_v2");
   EXPECT_EQ(destroy.calls, 1u);
   EXPECT_EQ(destroy.pids, (std::vector<pid_t>{1000}));
-  EXPECT_EQ(destroy.signature, "late-cuda: cuEventDestroy_v2");
+  EXPECT_EQ(destroy.signature, "late-cuda: cuEventDestroy_v2 \u2190 pool_holder::~pool_holder");
   EXPECT_EQ(sync.api, "cudaEventSynchronize");
   EXPECT_EQ(sync.calls, 2u);
   EXPECT_EQ(sync.pids, (std::vector<pid_t>{1000, 1001}));
   EXPECT_EQ(sync.signature, "late-cuda: cudaEventSynchronize \u2190 cudaEventSynchronize | rmm::mr::pool_memory_resource::release");
   EXPECT_TRUE(f->crashes.empty());
   EXPECT_TRUE(f->found());
+}
+
+// Frames the agent could not name, in a real module: the harness names them (addr2line), except
+// where no function symbol covers the address; a driver call made only from such code is CUDA's.
+TEST_F(agent_dir, a_late_driver_call_from_code_no_symbol_covers_is_not_the_programs) {
+  Dl_info info{};
+  ASSERT_NE(::dladdr(reinterpret_cast<void*>(&fl_agent_dir_named), &info), 0);
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  const auto at = reinterpret_cast<std::uintptr_t>(reinterpret_cast<void*>(&fl_agent_dir_named)) -
+                  reinterpret_cast<std::uintptr_t>(info.dli_fbase);
+  auto frame_line = [&](int n, std::uintptr_t offset) {
+    std::ostringstream line;
+    line << "#" << n << " 0x7f0000060000 " << self << "+0x" << std::hex << offset << " ??\n";
+    return line.str();
+  };
+  const std::string agent = "#0 0x7f0000010000 /opt/lib/libfaultline_agent.so+0x10000 faultline_cuda_result\n";
+  const std::string exit_frames = "#3 0x7f0000001000 /lib/x86_64-linux-gnu/libc.so.6+0x1000 __run_exit_handlers\n";
+  // Return addresses: the harness looks up the byte before each.
+  write("late-cuda.2000", "call cuDevicePrimaryCtxRelease 4\n" + agent + frame_line(1, at + 20) +
+                              frame_line(2, at + 40) + exit_frames + "\ncall cuCtxGetId 4\n" + agent +
+                              frame_line(1, at + 1) + exit_frames + "\n");
+  auto f = read_agent_dir(path());
+  ASSERT_TRUE(f);
+  ASSERT_EQ(f->late_cuda.size(), 1u);
+  EXPECT_EQ(f->late_cuda[0].api, "cuCtxGetId");
+  EXPECT_EQ(f->late_cuda[0].signature, "late-cuda: cuCtxGetId \u2190 fl_agent_dir_named");
 }
 
 TEST_F(agent_dir, lists_points_reached_once_and_the_spec_items_never_reached) {

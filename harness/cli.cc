@@ -530,16 +530,17 @@ int cmd_run(const raw_args& a, cli_context& ctx) {
   if (!chosen) throw usage_error{chosen.error().message()};
   const std::string bin = scenario_binary().string();
   std::vector<variant> variants;
-  // Scenario binaries link the agent; with --late-cuda its library is also the CUDA injection
-  // library, which CUDA loads at cuInit and which watches for late calls from an exit handler.
+  // Scenario binaries link the agent. With --late-cuda its library is preloaded too (as under
+  // exec: its stubs must stand before the driver's entry points before CUDA looks them up) and
+  // is the CUDA injection library; the two copies keep apart (hidden visibility).
   std::vector<std::string> env;
   if (a.late_cuda) {
     const fs::path agent = agent_library();
     std::error_code ec;
     if (agent.empty() || !fs::exists(agent, ec)) throw usage_error{"--late-cuda: the agent library is missing beside faultline"};
-    if (get_env(s.env, "CUDA_INJECTION64_PATH"))
-      throw usage_error{"--late-cuda: CUDA_INJECTION64_PATH is set already (another tool's injection library)"};
-    env.push_back("CUDA_INJECTION64_PATH=" + agent.string());
+    auto preload = preload_environment(agent, s.env, true, false, false, false);
+    if (!preload) throw usage_error{preload.error().message()};
+    for (const auto& [name, value] : *preload) env.push_back(name + "=" + value);
   }
   for (const auto& sc : *chosen)
     variants.push_back({sc.name, {bin, "run", sc.name}, s.faults, s.timeout.value_or(sc.timeout), env, false, true});
@@ -796,7 +797,8 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   add_common(run, run_a, true);
   run->add_flag("--late-cuda", run_a.late_cuda,
                 "fail a run whose processes make CUDA calls after the runtime's teardown (see exec --late-cuda): the "
-                "agent's library becomes the CUDA injection library of the scenario binary, which links the agent");
+                "agent's library is preloaded into the scenario binary (which links the agent) and becomes its CUDA "
+                "injection library");
 
   auto* exec = app.add_subcommand("exec", "run a command: faultline exec [OPTIONS] -- CMD [ARGS...]");
   exec->footer(exec_about);
@@ -806,7 +808,9 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
                  "fail a run whose processes make CUDA runtime or driver calls after the runtime's teardown "
                  "(answered cudaErrorCudartUnloading / CUDA_ERROR_DEINITIALIZED), signed with the call and its "
                  "callers: the agent becomes the CUDA injection library (CUDA_INJECTION64_PATH) and enables CUPTI's "
-                 "callbacks when main returns or exit() begins. Off by default: it changes exit races. Needs "
+                 "callbacks when main returns or exit() begins; driver calls the driver answers after its own "
+                 "teardown, which CUPTI does not report, are seen by a stub before every driver entry point (about "
+                 "0.5 ns a call until exit). Off by default: it changes exit races. Runtime calls need "
                  "libcupti.so.13 on the loader's path or beside the agent; FAULTLINE_LATE_CUDA=debug says what it sees");
   std::vector<std::string> exec_cmd;
   exec->add_option("command", exec_cmd, "the command and its arguments, after --");

@@ -13,8 +13,17 @@
 // next dlsym (glibc's, or a later preload's own) with the caller's return address still on the stack (and answers NULL, never
 // jumps to nowhere, in the unheard-of case that glibc's dlsym cannot be found).
 //
-// Unused (no cuda/ item in FAULTLINE_FAULTS), dlsym costs one call and a load, and no driver
-// function is replaced; a driver function no item names is never replaced.
+// Unused (no cuda/ item in FAULTLINE_FAULTS, no --late-cuda), dlsym costs one call and a load,
+// and no driver function is replaced; a driver function no item names is never replaced.
+//
+// Late driver calls (`faultline exec --late-cuda`, watch_late_driver_calls()): every driver entry
+// point handed out gets a stub, whose trampoline, until exit begins, only jumps on to the real
+// function (a load, a compare and an indirect jump). Once arm_late() has run it calls the real
+// function instead, with the caller's stack arguments copied below it, and records a call answered
+// CUDA_ERROR_DEINITIALIZED (late-cuda.PID): the driver answers that after its own teardown without
+// telling CUPTI, which is why the CUPTI callbacks of late_cuda.cc cannot see such calls — the
+// driver calls a program makes through entry points (cudaGetDriverEntryPoint) from a destructor
+// that runs after CUDA's exit teardown.
 #include "faults/preload/cuda_points.h"
 
 #include <dlfcn.h>
@@ -24,6 +33,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "faults/preload/agent.h"
 #include "faults/preload/detail/plan_table.h"
 #include "faults/preload/detail/points.h"
 #include "faults/preload/detail/text.h"
@@ -36,10 +46,15 @@ namespace detail = faultline::agent::detail;
 constexpr unsigned max_items = 16;
 constexpr unsigned max_name = 96;
 constexpr unsigned max_spec = 4096;
+constexpr int driver_deinitialized = 4;  // CUDA_ERROR_DEINITIALIZED
 
 char spec_copy[max_spec + 1];
 bool have_items = false;
 bool have_runtime_items = false;
+bool watch_late = false;  // --late-cuda: every driver entry point gets a stub
+// Set on this thread by late_cuda.cc when CUPTI recorded the driver call now returning: the stub
+// does not record it again. Initial-exec: no __tls_get_addr, so the library still needs only libc.
+[[gnu::tls_model("initial-exec")]] thread_local bool cupti_recorded = false;
 detail::plan_table<max_items> items;
 
 // Slots are handed out under this spin lock (never held while acting or calling the driver).
@@ -114,14 +129,21 @@ struct slot {
 }  // namespace
 
 // The stubs and their trampoline (x86-64 System V). A stub is 16 bytes; stub i is at
-// faultline_cuda_stubs + 16 * i. The trampoline keeps the six argument registers, %rax (the
-// vector-register count of a variadic call) and %xmm0-7 across the gate.
+// faultline_cuda_stubs + 16 * i. The trampoline jumps straight on to the real function while no
+// item stands on the slot and exit has not begun. Otherwise it keeps the six argument registers,
+// %rax (the vector-register count of a variadic call) and %xmm0-7 across the gate, which answers
+// -1 (jump on to the real function), -2 (call it and hand its result to faultline_cuda_result)
+// or the error to return without calling it. The call copies 16 stack words of the caller's
+// (arguments 7 to 22: no driver function takes more) below the trampoline's frame.
 extern "C" {
-constexpr unsigned faultline_cuda_slot_count = 512;
+constexpr unsigned faultline_cuda_slot_count = 4096;
 void* faultline_cuda_real[faultline_cuda_slot_count];
+unsigned char faultline_cuda_item_slot[faultline_cuda_slot_count];  // 1: an item stands on it
+unsigned char faultline_cuda_armed = 0;                              // exit has begun (arm_late)
 void* faultline_real_dlsym = nullptr;
 void faultline_cuda_stubs();
 std::int64_t faultline_cuda_gate(std::uint64_t index) noexcept;
+void faultline_cuda_result(std::uint64_t index, std::int64_t result) noexcept;
 void* faultline_dlsym_hook(void* handle, const char* name) noexcept;
 }
 
@@ -132,7 +154,7 @@ asm(R"(
     .type faultline_cuda_stubs, @function
 faultline_cuda_stubs:
     .set faultline_stub_index, 0
-    .rept 512
+    .rept 4096
     .p2align 4
     movl $faultline_stub_index, %r11d
     jmp faultline_cuda_trampoline
@@ -143,53 +165,104 @@ faultline_cuda_stubs:
     .p2align 4
     .type faultline_cuda_trampoline, @function
 faultline_cuda_trampoline:
+    .cfi_startproc
+    cmpb $0, faultline_cuda_armed(%rip)
+    jne 4f
+    leaq faultline_cuda_item_slot(%rip), %r10
+    cmpb $0, (%r10,%r11,1)
+    jne 4f
+    leaq faultline_cuda_real(%rip), %r10
+    jmpq *(%r10,%r11,8)
+4:
     pushq %rbp
+    .cfi_def_cfa_offset 16
+    .cfi_offset %rbp, -16
     movq %rsp, %rbp
-    subq $192, %rsp
-    movq %rdi, 0(%rsp)
-    movq %rsi, 8(%rsp)
-    movq %rdx, 16(%rsp)
-    movq %rcx, 24(%rsp)
-    movq %r8, 32(%rsp)
-    movq %r9, 40(%rsp)
-    movq %r11, 48(%rsp)
-    movq %rax, 56(%rsp)
-    movdqu %xmm0, 64(%rsp)
-    movdqu %xmm1, 80(%rsp)
-    movdqu %xmm2, 96(%rsp)
-    movdqu %xmm3, 112(%rsp)
-    movdqu %xmm4, 128(%rsp)
-    movdqu %xmm5, 144(%rsp)
-    movdqu %xmm6, 160(%rsp)
-    movdqu %xmm7, 176(%rsp)
+    .cfi_def_cfa_register %rbp
+    subq $320, %rsp
+    movq %rdi, 128(%rsp)
+    movq %rsi, 136(%rsp)
+    movq %rdx, 144(%rsp)
+    movq %rcx, 152(%rsp)
+    movq %r8, 160(%rsp)
+    movq %r9, 168(%rsp)
+    movq %r11, 176(%rsp)
+    movq %rax, 184(%rsp)
+    movdqu %xmm0, 192(%rsp)
+    movdqu %xmm1, 208(%rsp)
+    movdqu %xmm2, 224(%rsp)
+    movdqu %xmm3, 240(%rsp)
+    movdqu %xmm4, 256(%rsp)
+    movdqu %xmm5, 272(%rsp)
+    movdqu %xmm6, 288(%rsp)
+    movdqu %xmm7, 304(%rsp)
     movl %r11d, %edi
     call faultline_cuda_gate
     cmpq $-1, %rax
-    jne 1f
-    movq 0(%rsp), %rdi
-    movq 8(%rsp), %rsi
-    movq 16(%rsp), %rdx
-    movq 24(%rsp), %rcx
-    movq 32(%rsp), %r8
-    movq 40(%rsp), %r9
-    movq 48(%rsp), %r11
-    movq 56(%rsp), %rax
-    movdqu 64(%rsp), %xmm0
-    movdqu 80(%rsp), %xmm1
-    movdqu 96(%rsp), %xmm2
-    movdqu 112(%rsp), %xmm3
-    movdqu 128(%rsp), %xmm4
-    movdqu 144(%rsp), %xmm5
-    movdqu 160(%rsp), %xmm6
-    movdqu 176(%rsp), %xmm7
+    je 5f
+    cmpq $-2, %rax
+    je 6f
+    leave
+    .cfi_remember_state
+    .cfi_def_cfa %rsp, 8
+    ret
+    .cfi_restore_state
+5:
+    call faultline_cuda_restore
+    movq 176(%rsp), %r11
     leaq faultline_cuda_real(%rip), %r10
     movq (%r10,%r11,8), %r11
     leave
-    jmp *%r11
-1:
+    .cfi_remember_state
+    .cfi_def_cfa %rsp, 8
+    jmpq *%r11
+    .cfi_restore_state
+6:
+    xorl %ecx, %ecx
+8:
+    movq 16(%rbp,%rcx,8), %rax
+    movq %rax, (%rsp,%rcx,8)
+    incl %ecx
+    cmpl $16, %ecx
+    jb 8b
+    call faultline_cuda_restore
+    movq 176(%rsp), %r11
+    leaq faultline_cuda_real(%rip), %r10
+    movq (%r10,%r11,8), %r11
+    call *%r11
+    movq %rax, 184(%rsp)
+    movl 176(%rsp), %edi
+    movq %rax, %rsi
+    call faultline_cuda_result
+    movq 184(%rsp), %rax
     leave
+    .cfi_def_cfa %rsp, 8
     ret
+    .cfi_endproc
     .size faultline_cuda_trampoline, . - faultline_cuda_trampoline
+
+    /* Restores the argument registers saved in the trampoline's frame (called from it: the
+       frame is 8 bytes further up). */
+    .p2align 4
+    .type faultline_cuda_restore, @function
+faultline_cuda_restore:
+    movq 136(%rsp), %rdi
+    movq 144(%rsp), %rsi
+    movq 152(%rsp), %rdx
+    movq 160(%rsp), %rcx
+    movq 168(%rsp), %r8
+    movq 176(%rsp), %r9
+    movq 192(%rsp), %rax
+    movdqu 200(%rsp), %xmm0
+    movdqu 216(%rsp), %xmm1
+    movdqu 232(%rsp), %xmm2
+    movdqu 248(%rsp), %xmm3
+    movdqu 264(%rsp), %xmm4
+    movdqu 280(%rsp), %xmm5
+    movdqu 296(%rsp), %xmm6
+    movdqu 312(%rsp), %xmm7
+    ret
+    .size faultline_cuda_restore, . - faultline_cuda_restore
 
     .globl dlsym
     .type dlsym, @function
@@ -250,23 +323,36 @@ const char* libcuda_name(void* fn) noexcept {
   return info.dli_saddr == fn && info.dli_sname != nullptr ? info.dli_sname : "";
 }
 
+// Slots by (real function, item): open addressing over twice the slots, under the spin lock.
+constexpr unsigned slot_index_size = 2 * faultline_cuda_slot_count;
+std::int16_t slot_index[slot_index_size];  // slot + 1; 0: empty
+
+unsigned slot_hash(const void* real, int item) noexcept {
+  auto h = reinterpret_cast<std::uintptr_t>(real) * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(item + 1);
+  return static_cast<unsigned>(h >> 40) % slot_index_size;
+}
+
 // The stub standing for `real` (a driver function named `exact`, asked for as `asked`), or
-// `real` itself when no item covers it or the slots ran out.
+// `real` itself when neither an item nor --late-cuda asks for one, or the slots ran out.
 void* wrap(void* real, const char* exact, const char* asked) noexcept {
   if (real == nullptr) return real;
   const int item = item_for(exact != nullptr && *exact != '\0' ? exact : nullptr, asked);
-  if (item < 0) return real;
+  if (item < 0 && !watch_late) return real;
   spin_guard g;
-  const unsigned n = slot_count.load(std::memory_order_relaxed);
-  for (unsigned i = 0; i < n; ++i) {
+  unsigned at = slot_hash(real, item);
+  for (; slot_index[at] != 0; at = (at + 1) % slot_index_size) {
+    const unsigned i = static_cast<unsigned>(slot_index[at] - 1);
     if (faultline_cuda_real[i] == real && slots[i].item == item) return stub_address(i);
   }
+  const unsigned n = slot_count.load(std::memory_order_relaxed);
   if (n == faultline_cuda_slot_count) return real;
   slot& s = slots[n];
   s.item = item;
   const char* name = exact != nullptr && *exact != '\0' ? exact : asked;
-  std::strncpy(s.name, name, max_name);
+  std::strncpy(s.name, name != nullptr ? name : "?", max_name);
   faultline_cuda_real[n] = real;
+  faultline_cuda_item_slot[n] = item >= 0 ? 1 : 0;
+  slot_index[at] = static_cast<std::int16_t>(n + 1);
   slot_count.store(n + 1, std::memory_order_release);
   return stub_address(n);
 }
@@ -318,7 +404,8 @@ void* replace_get_proc(void* real, const char* exact) {
 
 extern "C" void* faultline_dlsym_hook(void* handle, const char* name) noexcept {
   dlsym_fn look = real_dlsym();
-  if (!have_items || look == nullptr || handle == RTLD_NEXT || name == nullptr || name[0] != 'c' || name[1] != 'u') {
+  if ((!have_items && !watch_late) || look == nullptr || handle == RTLD_NEXT || name == nullptr || name[0] != 'c' ||
+      name[1] != 'u') {
     return nullptr;
   }
   void* real = look(handle, name);
@@ -330,11 +417,15 @@ extern "C" void* faultline_dlsym_hook(void* handle, const char* name) noexcept {
   return replaced != real ? replaced : nullptr;
 }
 
+// -1: jump on to the real function; -2: call it and pass its result to faultline_cuda_result;
+// anything else: return that without calling it.
 extern "C" std::int64_t faultline_cuda_gate(std::uint64_t index) noexcept {
   const slot& s = slots[index];
+  const std::int64_t go_on = __atomic_load_n(&faultline_cuda_armed, __ATOMIC_RELAXED) != 0 ? -2 : -1;
+  if (s.item < 0) return go_on;
   const detail::point_term t =
       items.hit(s.item, &faultline::agent::preload::draw, &faultline::agent::preload::record_reached);
-  if (t.action == detail::point_action::off) return -1;
+  if (t.action == detail::point_action::off) return go_on;
   detail::fixed_string<max_name + 8> point;
   point.str("cuda/").str(s.name);
   switch (t.action) {
@@ -342,11 +433,19 @@ extern "C" std::int64_t faultline_cuda_gate(std::uint64_t index) noexcept {
       return t.code;
     case detail::point_action::teardown:
       tear_down(t.device, point.c_str());
-      return -1;
+      return go_on;
     default:
       faultline::agent::preload::act(t, point.c_str());
-      return -1;
+      return go_on;
   }
+}
+
+// A driver call made after exit began has returned `result`: one answered "deinitialized" is late.
+extern "C" void faultline_cuda_result(std::uint64_t index, std::int64_t result) noexcept {
+  const bool seen = cupti_recorded;
+  cupti_recorded = false;
+  if (static_cast<int>(result) != driver_deinitialized || seen || index >= faultline_cuda_slot_count) return;
+  (void)faultline::agent::record_late_cuda(slots[index].name, static_cast<int>(result));
 }
 
 namespace faultline::agent::cuda_points {
@@ -375,6 +474,16 @@ bool install(const char* spec) noexcept {
 }
 
 bool runtime_points() noexcept { return have_runtime_items; }
+
+void watch_late_driver_calls() noexcept { watch_late = true; }
+
+void arm_late() noexcept {
+  if (watch_late) __atomic_store_n(&faultline_cuda_armed, 1, __ATOMIC_RELEASE);
+}
+
+void note_cupti_recorded() noexcept {
+  if (watch_late) cupti_recorded = true;
+}
 
 int runtime_item(const char* cupti_name) noexcept {
   if (!have_runtime_items || cupti_name == nullptr) return -1;

@@ -34,4 +34,17 @@ int runtime_item(const char* cupti_name) noexcept;
 /// A call of a runtime function covered by `item`, about to be made (CUPTI's API_ENTER).
 void runtime_hit(int item, const char* cupti_name) noexcept;
 
+/// --late-cuda (from the preload's constructor, before CUDA loads): dlsym() and cuGetProcAddress
+/// hand out a stub for every driver function, which only jumps on until arm_late().
+void watch_late_driver_calls() noexcept;
+
+/// Exit has begun: from now on each stub calls its function and records a call answered
+/// CUDA_ERROR_DEINITIALIZED in late-cuda.PID, which the driver answers after its teardown without
+/// reporting the call to CUPTI. Nothing without watch_late_driver_calls().
+void arm_late() noexcept;
+
+/// late_cuda.cc recorded, through CUPTI, the driver call now returning on this thread: its stub
+/// does not record it again.
+void note_cupti_recorded() noexcept;
+
 }  // namespace faultline::agent::cuda_points

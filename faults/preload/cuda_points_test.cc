@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,80 @@ TEST_F(cuda_points, faultline_exec_runs_them_and_names_items_never_reached) {
   EXPECT_NE(summary.find("SIGKILL"), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"crash\":2"), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"points_never_reached\":[\"cuda/cuNever\"]"), std::string::npos) << summary;
+}
+
+// --late-cuda: every driver function gets a stub that, once main has returned, calls it and records
+// a call answered CUDA_ERROR_DEINITIALIZED (which the real driver does not report to CUPTI).
+class late_driver_calls : public cuda_points {
+ protected:
+  finished run_late(const std::string& spec, const std::vector<std::string>& steps, const std::string& late = "") {
+    std::vector<std::string> args{child_program, fake_driver};
+    args.insert(args.end(), steps.begin(), steps.end());
+    std::vector<std::string> env{"CUDA_INJECTION64_PATH=" + preload_library};
+    if (!late.empty()) env.push_back("FAULTLINE_LATE_CUDA=" + late);
+    finished f = runner_.run(spec, args, env);
+    pid_ = f.pid;
+    return f;
+  }
+  std::string late_calls() const {
+    const fs::path file = dir_ / ("late-cuda." + std::to_string(pid_));
+    std::string calls;
+    std::error_code ec;
+    if (!fs::exists(file, ec)) return calls;
+    std::istringstream in(slurp(file));
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("call ", 0) == 0) calls += line + "\n";
+    return calls;
+  }
+};
+
+const std::vector<std::string> late_steps = {"deinit", "free", "at-exit", "many", "alloc", "free", "report"};
+
+TEST_F(late_driver_calls, after_main_a_deinitialized_answer_is_recorded_and_arguments_pass_through) {
+  auto f = run_late("", late_steps);
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  // In main, the answer is not looked at; at exit the call is made (every argument passed on,
+  // the stack ones too), its result returned, and the late one recorded with its frames.
+  EXPECT_EQ(f.out, "free rc=4\nmany rc=0\nalloc rc=0 ptr=0x100040\nfree rc=4\n"
+                   "fake: frees=0 last=0x0 resets=0 reset_device=-1 many=359.0\n");
+  EXPECT_EQ(late_calls(), "call cuMemFree_v2 4\n");
+  const std::string record = slurp(dir_ / ("late-cuda." + std::to_string(pid_)));
+  // The caller's frames follow: the unwinder passes through the stub's trampoline to the child.
+  EXPECT_NE(record.find(fs::path(child_program).filename().string() + "+0x"), std::string::npos) << record;
+}
+
+TEST_F(late_driver_calls, an_item_still_acts_at_exit_beside_the_check) {
+  auto f = run_late("cuda/cuMemAlloc_v2=fail(700)", late_steps);
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "free rc=4\nmany rc=0\nalloc rc=700 ptr=0x0\nfree rc=4\n"
+                   "fake: frees=0 last=0x0 resets=0 reset_device=-1 many=359.0\n");
+  EXPECT_EQ(late_calls(), "call cuMemFree_v2 4\n");
+}
+
+TEST_F(late_driver_calls, nothing_is_watched_when_late_cuda_is_off_or_not_asked_for) {
+  auto off = run_late("", late_steps, "0");
+  ASSERT_TRUE(exited_0(off)) << off.err;
+  EXPECT_EQ(late_calls(), "");
+  auto plain = run("", late_steps);  // no CUDA_INJECTION64_PATH: no --late-cuda
+  ASSERT_TRUE(exited_0(plain)) << plain.err;
+  EXPECT_EQ(late_calls(), "");
+}
+
+// Through `faultline exec --late-cuda`: the run fails at exit, signed with the driver call and the
+// program's frame that made it.
+TEST_F(late_driver_calls, faultline_exec_fails_the_run_with_the_call_and_its_caller) {
+  const std::string out = (dir_ / "campaign").string();
+  std::string cmd = std::string(FAULTLINE_CLI) + " exec --json --late-cuda --out " + out + " -- " + child_program + " " +
+                    fake_driver;
+  for (const auto& s : late_steps) cmd += " " + s;
+  cmd += " > " + (dir_ / "summary.json").string() + " 2>/dev/null";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  const std::string summary = slurp(dir_ / "summary.json");
+  EXPECT_NE(summary.find("\"fail\":1"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("late-cuda: cuMemFree_v2 \u2190 "), std::string::npos) << summary;
+  EXPECT_NE(summary.find("run_steps"), std::string::npos) << summary;
 }
 
 }  // namespace

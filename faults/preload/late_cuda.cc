@@ -10,6 +10,9 @@
 // exit() begins; from then on every runtime and driver call comes back through on_call(), which
 // records the ones answered "runtime unloading" / "deinitialized": calls made after the runtime's
 // teardown, which a pre-fix RMM makes from its static pool's destructor.
+// The driver answers CUDA_ERROR_DEINITIALIZED after its own teardown without reporting the call
+// to CUPTI: those calls are seen by the driver's stubs (cuda_points.h, watch_late_driver_calls),
+// which the preload's constructor installs for --late-cuda, and arm_late_cuda() arms too.
 // FAULTLINE_LATE_CUDA=0 turns it off (InitializeInjection then does nothing); =debug says on
 // stderr what it does and every call it sees once armed.
 #include "faults/preload/late_cuda.h"
@@ -70,7 +73,9 @@ void CUPTIAPI on_call(void*, CUpti_CallbackDomain domain, CUpti_CallbackId id, c
   const bool late = (domain == CUPTI_CB_DOMAIN_RUNTIME_API && result == cudart_unloading) ||
                     (domain == CUPTI_CB_DOMAIN_DRIVER_API && result == driver_deinitialized);
   say(domain == CUPTI_CB_DOMAIN_RUNTIME_API ? "runtime call" : "driver call", call->functionName, result);
-  if (late) (void)faultline::agent::record_late_cuda(call->functionName ? call->functionName : "?", result);
+  if (!late) return;
+  (void)faultline::agent::record_late_cuda(call->functionName ? call->functionName : "?", result);
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) faultline::agent::cuda_points::note_cupti_recorded();
 }
 
 // Enables the two API domains once both the subscription and the exit are there.
@@ -134,12 +139,16 @@ extern "C" [[gnu::visibility("default")]] int InitializeInjection() {
   if (sub != CUPTI_SUCCESS) return 1;
   subscribed.store(true);
   if (points) enable_runtime_points(cupti);
-  // Loaded by CUDA into a program this library did not start (its main is not wrapped: a
-  // scenario binary under `faultline run --late-cuda`), it has no hook at the start of exit, and
+  // Loaded by CUDA into a program this library did not start (its main is not wrapped: only
+  // CUDA_INJECTION64_PATH names it, without LD_PRELOAD), it has no hook at the start of exit, and
   // an exit handler registered now would run after the runtime's own teardown, which the runtime
-  // registers as it starts, when CUPTI no longer reports its calls. So it watches from now on: every call
-  // pays CUPTI's callback, and only those answered "unloading" are recorded.
-  if (late_on && !faultline::agent::started_main()) armed.store(true);
+  // registers as it starts, when CUPTI no longer reports its calls. So it watches from now on:
+  // every call pays CUPTI's callback, and only those answered "unloading" are recorded. (Its
+  // driver stubs are not there: they are installed when the library is preloaded.)
+  if (late_on && !faultline::agent::started_main()) {
+    armed.store(true);
+    faultline::agent::cuda_points::arm_late();
+  }
   enable_when_ready();
   return 1;
 }
@@ -148,6 +157,7 @@ namespace faultline::agent {
 
 void arm_late_cuda() noexcept {
   say("armed at exit");
+  cuda_points::arm_late();  // the driver's stubs (cuda_points.h), with or without CUPTI
   armed.store(true);
   enable_when_ready();
 }

@@ -10,8 +10,8 @@ void arm_late_cuda() noexcept;
 
 /// True when this library's __libc_start_main ran: it was preloaded, and its exit hooks arm
 /// late_cuda. False when CUDA loaded it as the injection library into a program that was not
-/// started with it (a scenario binary that links the agent statically, under `faultline run
-/// --late-cuda`): then InitializeInjection watches from the start (preload.cc).
+/// started with it (CUDA_INJECTION64_PATH without LD_PRELOAD; `faultline run --late-cuda`
+/// preloads it): then InitializeInjection watches from the start (preload.cc).
 [[nodiscard]] bool started_main() noexcept;
 
 }  // namespace faultline::agent

@@ -89,6 +89,15 @@ exit_fn next_exit() {
 [[gnu::constructor]] void preload_init() {
   next_exit();  // resolve now: dlsym at exit time would run in a process that may be damaged
   if (faultline::agent::install().status != faultline::agent::install_status::installed) return;
+#if FAULTLINE_LATE_CUDA && FAULTLINE_CUDA_POINTS
+  // --late-cuda (the agent is CUDA's injection library, FAULTLINE_LATE_CUDA is not 0): the driver's
+  // entry points get stubs now, before CUDA looks them up, that check results once exit begins.
+  const char* injection = std::getenv("CUDA_INJECTION64_PATH");
+  const char* late = std::getenv("FAULTLINE_LATE_CUDA");
+  if (injection != nullptr && *injection != '\0' && (late == nullptr || std::strcmp(late, "0") != 0)) {
+    faultline::agent::cuda_points::watch_late_driver_calls();
+  }
+#endif
   const char* spec = std::getenv("FAULTLINE_FAULTS");
   if (spec == nullptr || *spec == '\0') return;
   detail::plan_point(spec, "exit/start", exit_start_plan);

@@ -1,4 +1,5 @@
 #include "harness/run/classify.h"
+#include "harness/run/elf_functions.h"
 
 #include <cxxabi.h>
 #include <sys/wait.h>
@@ -308,11 +309,13 @@ void symbolise_stacks(const std::vector<std::vector<frame>*>& stacks) {
     for (auto it = lookups.begin(); it != lookups.end();) {
       std::vector<std::string> argv = {"addr2line", "-f", "-C", "-e", module};
       std::vector<const std::vector<slot>*> asked;
+      std::vector<std::uint64_t> addresses;
       for (; it != lookups.end() && asked.size() < batch; ++it) {
         char buf[32];
         std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(it->first));
         argv.emplace_back(buf);
         asked.push_back(&it->second);
+        addresses.push_back(it->first);
       }
       auto r = run_tool(argv, std::chrono::seconds(20));
       if (!r || r->timed_out || !WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0) continue;
@@ -321,7 +324,16 @@ void symbolise_stacks(const std::vector<std::vector<frame>*>& stacks) {
       for (std::size_t k = 0; k < asked.size() && 2 * k < ls.size(); ++k) {
         std::string name = strip_parameters(ls[2 * k]);
         if (name.empty() || name == "??") continue;
-        for (const slot& s : *asked[k]) (*s.frames)[s.index].function = name;
+        // addr2line names an address after the symbol before it, whatever that symbol's size.
+        const bool outside = function_covers(module, addresses[k]) == false;
+        for (const slot& s : *asked[k]) {
+          frame& f = (*s.frames)[s.index];
+          if (outside) {
+            f.outside_functions = true;
+          } else {
+            f.function = name;
+          }
+        }
       }
     }
   }
@@ -482,7 +494,7 @@ bool meaningful(const frame& f) {
   static const std::set<std::string_view> plumbing = {"_start", "_init", "_fini", "abort", "raise", "gsignal",
                                                       "start_thread", "clone", "clone3", "pthread_kill", "exit",
                                                       "_exit", "_Exit"};
-  if (system_module(f.module)) return false;
+  if (system_module(f.module) || f.outside_functions) return false;
   const std::string& n = f.function;
   if (unnamed(f)) return f.has_offset && !f.module.empty() && f.module != "??";
   if (n[0] == '<' || is_trampoline(f) || plumbing.count(n)) return false;
@@ -565,6 +577,29 @@ std::vector<late_call> late_cuda_calls(const fs::path& run_dir, pid_t leader) {
         calls.back().frames.push_back(std::move(*f));
       }
     }
+  }
+  // CUDA's own exit teardown makes driver calls too: the runtime releases its primary contexts
+  // after the driver has torn itself down (cuDevicePrimaryCtxRelease answered "deinitialized",
+  // in every run of every program), from an exit handler or a library destructor of its own.
+  // A driver call none of whose frames above the C library (the exit machinery that ran the
+  // handler, or the thread's start) is the program's is CUDA's, not the program's: dropped.
+  // Runtime calls are always the program's, and a call recorded without frames is kept.
+  std::vector<std::vector<frame>*> framed;
+  for (auto& c : calls)
+    if (!c.frames.empty() && !starts_with(c.api, "cuda")) framed.push_back(&c.frames);
+  if (!framed.empty()) {
+    symbolise_stacks(framed);
+    auto made_by_program = [](const std::vector<frame>& frames) {
+      for (const frame& f : frames) {
+        const std::string_view mod = basename(f.module);
+        if (starts_with(mod, "libc.so") || starts_with(mod, "libc-") || starts_with(mod, "ld-linux")) break;
+        if (meaningful(f)) return true;
+      }
+      return false;
+    };
+    std::erase_if(calls, [&](const late_call& c) {
+      return !c.frames.empty() && !starts_with(c.api, "cuda") && !made_by_program(c.frames);
+    });
   }
   std::stable_partition(calls.begin(), calls.end(), [&](const late_call& c) { return c.pid == leader; });
   return calls;

@@ -58,6 +58,10 @@ struct frame {
   std::string module;       ///< object file path, when known
   std::uint64_t offset = 0; ///< offset in module (valid when has_offset)
   bool has_offset = false;
+  /// No function symbol of its module covers the address, though the module names functions:
+  /// code whose symbols were stripped (a runtime linked statically into a library). Never the
+  /// program's own frame; left unnamed rather than named after whatever symbol precedes it.
+  bool outside_functions = false;
 };
 
 /// A parsed crash.PID file.

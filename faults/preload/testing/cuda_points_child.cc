@@ -6,6 +6,8 @@
 //   alloc        cuMemAlloc of 64 bytes: "alloc rc=N ptr=0x..."
 //   many         cuManyArgs with eight integers and three doubles: "many rc=N"
 //   device=N     makes N the current device (for teardown(device))
+//   deinit       tears the fake driver down: cuMemFree then answers CUDA_ERROR_DEINITIALIZED (4)
+//   at-exit      the steps after it run from an exit handler registered now, after main returned
 //   report       the fake's counters: "fake: frees=... resets=... many=..."
 //   interposed   whether dlsym(RTLD_DEFAULT, "faultline_interposed_marker") answers: only a
 //                preloaded dlsym of the test's (testing/dlsym_interposer.cc) does: "interposed yes|no"
@@ -19,6 +21,17 @@
 namespace {
 
 using get_proc_fn = int (*)(const char*, void**, int, std::uint64_t, void*);
+
+int run_steps(int first, int last);
+void* cuda = nullptr;
+get_proc_fn get_proc = nullptr;
+char** steps = nullptr;
+int step_count = 0;
+int exit_steps = -1;  // the first step run at exit
+
+void run_exit_steps() {
+  if (run_steps(exit_steps, step_count) != 0) std::_Exit(2);
+}
 
 void* must(void* p, const char* what) {
   if (p == nullptr) {
@@ -35,16 +48,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: cuda_points_child LIBCUDA STEP...\n");
     return 2;
   }
-  void* cuda = must(dlopen(argv[1], RTLD_NOW | RTLD_LOCAL), "the driver");
-  auto get_proc = reinterpret_cast<get_proc_fn>(must(dlsym(cuda, "cuGetProcAddress_v2"), "cuGetProcAddress_v2"));
+  cuda = must(dlopen(argv[1], RTLD_NOW | RTLD_LOCAL), "the driver");
+  get_proc = reinterpret_cast<get_proc_fn>(must(dlsym(cuda, "cuGetProcAddress_v2"), "cuGetProcAddress_v2"));
+  steps = argv;
+  step_count = argc;
+  return run_steps(2, argc);
+}
+
+namespace {
+
+int run_steps(int first, int last) {
   auto proc = [&](const char* name) {
     void* fn = nullptr;
     int status = 0;
     if (get_proc(name, &fn, 13000, 0, &status) != 0) must(nullptr, name);
     return fn;
   };
-  for (int i = 2; i < argc; ++i) {
-    const char* step = argv[i];
+  for (int i = first; i < last; ++i) {
+    const char* step = steps[i];
+    if (std::strcmp(step, "at-exit") == 0) {
+      exit_steps = i + 1;
+      std::atexit(&run_exit_steps);
+      return 0;
+    }
     if (std::strcmp(step, "free") == 0) {
       auto f = reinterpret_cast<int (*)(unsigned long long)>(proc("cuMemFree"));
       std::printf("free rc=%d\n", f(0x1234));
@@ -63,6 +89,8 @@ int main(int argc, char** argv) {
     } else if (std::strncmp(step, "device=", 7) == 0) {
       auto f = reinterpret_cast<int (*)(int)>(must(dlsym(cuda, "cuCtxSetCurrentDevice_fake"), "device setter"));
       f(std::atoi(step + 7));
+    } else if (std::strcmp(step, "deinit") == 0) {
+      reinterpret_cast<int (*)()>(must(dlsym(cuda, "cuFakeDeinit_fake"), "cuFakeDeinit_fake"))();
     } else if (std::strcmp(step, "interposed") == 0) {
       std::printf("interposed %s\n", dlsym(RTLD_DEFAULT, "faultline_interposed_marker") != nullptr ? "yes" : "no");
     } else if (std::strcmp(step, "report") == 0) {
@@ -75,3 +103,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace

@@ -2,7 +2,8 @@
 // the cuda/ fault points on machines without a GPU: a few entry points with the driver's names
 // and calling conventions that count their calls, and a cuGetProcAddress_v2 that hands them out
 // the way the real driver does (asked "cuMemFree", it gives cuMemFree_v2). fake_cuda_report()
-// says what was called.
+// says what was called; after cuFakeDeinit_fake() cuMemFree_v2 answers CUDA_ERROR_DEINITIALIZED,
+// as the real driver does once its exit teardown has run.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,7 @@ int resets = 0;
 int reset_device = -1;
 int current_device = 0;
 double many_sum = 0;
+bool deinitialized = false;
 }  // namespace
 
 extern "C" {
@@ -21,12 +23,21 @@ extern "C" {
 int cuInit(unsigned) { return 0; }
 
 int cuMemFree_v2(unsigned long long ptr) {
+  if (deinitialized) return 4;  // CUDA_ERROR_DEINITIALIZED
   ++mem_free_calls;
   last_freed = ptr;
   return 0;
 }
 
 int cuMemAlloc_v2(unsigned long long* ptr, std::size_t bytes) {
+  if (ptr == nullptr) return 1;
+  *ptr = 0x100000 + bytes;
+  return 0;
+}
+
+// The same function under a name the agent's dlsym never looks at (cuda_points_bench's baseline).
+// Not an alias: dladdr would name cuMemAlloc_v2's address after either.
+int fake_raw_cuMemAlloc_v2(unsigned long long* ptr, std::size_t bytes) {
   if (ptr == nullptr) return 1;
   *ptr = 0x100000 + bytes;
   return 0;
@@ -39,6 +50,11 @@ int cuCtxGetDevice(int* device) {
 
 int cuCtxSetCurrentDevice_fake(int device) {  // not a driver call: the child picks a device
   current_device = device;
+  return 0;
+}
+
+int cuFakeDeinit_fake() {  // not a driver call: the child tears the fake driver down
+  deinitialized = true;
   return 0;
 }
 
