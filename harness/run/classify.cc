@@ -295,7 +295,7 @@ void symbolise_stacks(const std::vector<std::vector<frame>*>& stacks) {
   for (auto* frames : stacks) {
     for (std::size_t i = 0; i < frames->size(); ++i) {
       const frame& f = (*frames)[i];
-      if (!unnamed(f) || !f.has_offset || f.module.size() < 2 || f.module[0] != '/') continue;
+      if (!unnamed(f) || f.outside_functions || !f.has_offset || f.module.size() < 2 || f.module[0] != '/') continue;
       // Frame 0 and the frame a signal interrupted hold the exact address; the others hold
       // return addresses, which may already point past a noreturn call's function.
       const bool exact = i == 0 || is_trampoline((*frames)[i - 1]);

@@ -27,8 +27,7 @@ struct function_table {
 };
 
 // Function symbols of one symbol-table section, as [start, end) spans (end 0: sizeless).
-void read_functions(Elf* elf, Elf_Scn* scn, const GElf_Shdr& shdr,
-                    std::vector<std::pair<std::uint64_t, std::uint64_t>>& out) {
+void read_functions(Elf_Scn* scn, const GElf_Shdr& shdr, std::vector<std::pair<std::uint64_t, std::uint64_t>>& out) {
   Elf_Data* data = elf_getdata(scn, nullptr);
   if (data == nullptr || shdr.sh_entsize == 0) return;
   const std::size_t count = shdr.sh_size / shdr.sh_entsize;
@@ -39,7 +38,6 @@ void read_functions(Elf* elf, Elf_Scn* scn, const GElf_Shdr& shdr,
     if ((type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF || sym.st_value == 0) continue;
     out.emplace_back(sym.st_value, sym.st_size == 0 ? 0 : sym.st_value + sym.st_size);
   }
-  (void)elf;
 }
 
 std::shared_ptr<const function_table> load(const fs::path& module) {
@@ -66,8 +64,8 @@ std::shared_ptr<const function_table> load(const fs::path& module) {
     for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
       GElf_Shdr shdr;
       if (gelf_getshdr(scn, &shdr) == nullptr) continue;
-      if (shdr.sh_type == SHT_SYMTAB) read_functions(elf, scn, shdr, symtab);
-      if (shdr.sh_type == SHT_DYNSYM) read_functions(elf, scn, shdr, dynsym);
+      if (shdr.sh_type == SHT_SYMTAB) read_functions(scn, shdr, symtab);
+      if (shdr.sh_type == SHT_DYNSYM) read_functions(scn, shdr, dynsym);
     }
     table->spans = symtab.empty() ? std::move(dynsym) : std::move(symtab);
   }
