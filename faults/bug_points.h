@@ -37,6 +37,9 @@ inline constexpr bug_point_info bug_point_catalog[] = {
     {"bug/alloc/no-drain",
      "threads still inside device calls when exit begins are neither drained nor refused "
      "before the runtime's teardown runs"},
+    {"bug/alloc/bounded-drain",
+     "the exit drain gives up after a fixed 2 s: on a loaded GPU the calls still in flight then "
+     "run into the runtime's teardown (a crash in libcuda at exit at --jobs 16 on an H100)"},
     {"bug/alloc/no-epoch-guard",
      "a pool keeps using streams, events and memory of a device context that was reset "
      "(no context-epoch check)"},

@@ -1,6 +1,7 @@
 #include "core/alloc/device_resource.h"
 
 #include "core/alloc/detail/exit_state.h"
+#include "faults/points/point.h"
 
 namespace faultline::core::alloc {
 
@@ -24,6 +25,9 @@ result<void*> device_resource::do_allocate(std::size_t bytes, device::stream /*s
   if (!b) return b.error();
   detail::device_call_scope scope;
   if (!scope) return detail::device_call_scope::refusal("device_resource: allocate");
+  // Inside the call, admitted by the exit guard: a delay here is a slow device call (a loaded
+  // GPU), the case the exit drain must outwait.
+  if (int err = FAULTLINE_POINT("alloc/device/call")) return status::injected_fault("alloc/device/call", err);
   return (*b)->allocate(bytes);
 }
 
@@ -32,6 +36,9 @@ status device_resource::do_deallocate(void* ptr, std::size_t /*bytes*/, device::
   if (!b) return b.error();
   detail::device_call_scope scope;
   if (!scope) return detail::device_call_scope::refusal("device_resource: deallocate");
+  // Inside the call, admitted by the exit guard: a delay here is a slow device call (a loaded
+  // GPU), the case the exit drain must outwait.
+  if (int err = FAULTLINE_POINT("alloc/device/call")) return status::injected_fault("alloc/device/call", err);
   return (*b)->deallocate(ptr);
 }
 

@@ -9,9 +9,10 @@
 //   1. sets `process_is_exiting()`: destructors of pools, adaptors and the map now make no device
 //      call; they leak what they hold and report it (`bytes_leaked_at_exit()`, one stderr line);
 //   2. refuses every allocator device call that begins from now on (errc::refused);
-//   3. waits, bounded, for the calls already inside the device to come out (default 2 s,
-//      FAULTLINE_EXIT_DRAIN_MS overrides); a thread still inside after the bound is reported on
-//      stderr and exit goes on.
+//   3. waits for the calls already inside the device to come out, however long the load makes
+//      them (a call left inside when the teardown starts is what crashes at exit); after 2 s it
+//      says on stderr that it is still waiting. FAULTLINE_EXIT_DRAIN_MS=N opts into a bound: a
+//      thread still inside after N ms is reported on stderr and exit goes on without it.
 //
 //   // code with its own static resources, constructed after the device runtime is up:
 //   static my_cache cache;                 // destructor checks alloc::process_is_exiting()
@@ -35,7 +36,8 @@ namespace faultline::core::alloc {
 /// after constructing the statics it must protect. Registering more than once is allowed (the
 /// hook acts once, at its first run). The per-device resource map calls this for you.
 /// Bug point "bug/alloc/no-drain" is read at the first registration: when it fires, the hook
-/// only sets process_is_exiting() (neither refusing nor draining device calls).
+/// only sets process_is_exiting() (neither refusing nor draining device calls); when
+/// "bug/alloc/bounded-drain" fires, the drain gives up after 2 s as it did before the fix.
 /// Errors: internal when atexit refuses the registration.
 status install_exit_hook() noexcept;
 
@@ -52,7 +54,8 @@ status install_exit_hook() noexcept;
 [[nodiscard]] int device_calls_in_flight() noexcept;
 
 /// The drain bound the exit hook uses: FAULTLINE_EXIT_DRAIN_MS when set to a number of
-/// milliseconds, else 2000. A malformed value is reported on stderr and the default is used.
+/// milliseconds, else 0: no bound, exit waits for every call in flight. A malformed value is
+/// reported on stderr and taken as 0.
 [[nodiscard]] std::uint64_t exit_drain_timeout_ms() noexcept;
 
 }  // namespace faultline::core::alloc
