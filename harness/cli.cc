@@ -128,6 +128,7 @@ struct raw_args {
   std::string keep = "failures";
   std::string crash = "auto";
   bool json = false, until_fail = false, no_stacks = false, all = false, no_preload = false, resume = false, late_cuda = false;
+  std::uint64_t slots = 1;
   std::vector<std::string> env, names;
   double target_rate = 0;
   CLI::Option* repeat_opt = nullptr;
@@ -391,9 +392,10 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
     ctx.err << "faultline: crash capture " << to_string(used);
     if (used == crash_capture::core) ctx.err << " (each crash's core dump is read: every thread's stack)";
     if (used == crash_capture::core && !in_run_dir && s.jobs > 1 && !core_names_are_unique())
-      ctx.err << " (core_pattern names one core file per directory: crashes of runs at the same moment overwrite"
-                 " each other's core and those runs are named by their signal alone; "
-              << core_handler_hint << ", as does sysctl kernel.core_uses_pid=1)";
+      ctx.err << " (core_pattern names one core file per directory: each core is held open as it appears, so runs"
+                 " crashing together keep their own; a core replaced within microseconds of its creation is still"
+                 " lost, which "
+              << core_handler_hint << ")";
     if (!why.empty()) ctx.err << " (" << why << ")";
     if (used == crash_capture::none && s.crash == crash_capture::automatic)
       ctx.err << "; --crash-capture outside takes stacks but changes how exit races end";
@@ -514,7 +516,8 @@ int cmd_list(bool json, cli_context& ctx) {
     return exit_ok;
   }
   for (const auto& sc : *catalog) {
-    ctx.out << sc.name << "  (timeout " << format_duration(sc.timeout) << ")\n";
+    ctx.out << sc.name << "  (timeout " << format_duration(sc.timeout)
+            << (sc.slots > 1 ? ", " + std::to_string(sc.slots) + " slots of --jobs" : std::string()) << ")\n";
     if (!sc.description.empty()) ctx.out << "    " << sc.description << "\n";
     for (const auto& b : sc.bug_points)
       ctx.out << "    bug point " << b.point << ": detected in >= " << percent(b.detect_rate) << " of runs\n";
@@ -543,7 +546,7 @@ int cmd_run(const raw_args& a, cli_context& ctx) {
     for (const auto& [name, value] : *preload) env.push_back(name + "=" + value);
   }
   for (const auto& sc : *chosen)
-    variants.push_back({sc.name, {bin, "run", sc.name}, s.faults, s.timeout.value_or(sc.timeout), env, false, true});
+    variants.push_back({sc.name, {bin, "run", sc.name}, s.faults, s.timeout.value_or(sc.timeout), env, false, true, sc.slots});
   return report_runs(variants, s, ctx, [&](const run_record& r) {
     return "faultline run " + detail::shell_quote(r.name) + repro_flags(r, s) + (a.late_cuda ? " --late-cuda" : "");
   });
@@ -560,6 +563,7 @@ int cmd_exec(const raw_args& a, std::vector<std::string> cmd, cli_context& ctx) 
   v.faults = s.faults;
   v.timeout = s.timeout.value_or(std::chrono::minutes(10));
   v.gtest_output = true;
+  v.slots = static_cast<unsigned>(a.slots);
   if (!a.no_preload) {
     const fs::path agent = agent_library();
     std::error_code ec;
@@ -709,10 +713,10 @@ int cmd_verify(const raw_args& a, cli_context& ctx) {
   std::vector<row> rows;
   for (const auto& sc : *chosen) {
     auto timeout = s.timeout.value_or(sc.timeout);
-    variants.push_back({sc.name, {bin, "run", sc.name}, "", timeout, {}, false, true});
+    variants.push_back({sc.name, {bin, "run", sc.name}, "", timeout, {}, false, true, sc.slots});
     rows.push_back({sc.name, "clean", true, 0.0});
     for (const auto& b : sc.bug_points) {
-      variants.push_back({sc.name + "@" + b.point, {bin, "run", sc.name}, b.faults, timeout, {}, false, true});
+      variants.push_back({sc.name + "@" + b.point, {bin, "run", sc.name}, b.faults, timeout, {}, false, true, sc.slots});
       rows.push_back({sc.name, b.point, false, b.detect_rate});
     }
   }
@@ -804,6 +808,10 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   exec->footer(exec_about);
   add_common(exec, exec_a, true);
   exec->add_flag("--no-preload", exec_a.no_preload, "do not preload the agent");
+  exec->add_option("--slots", exec_a.slots,
+                   "the share of --jobs one run takes (default 1): a run starting N processes with a device context "
+                   "each declares N, so --jobs J never has more than J at once (as the catalog's scenarios declare theirs)")
+      ->check(positive_count);
   exec->add_flag("--late-cuda", exec_a.late_cuda,
                  "fail a run whose processes make CUDA runtime or driver calls after the runtime's teardown "
                  "(answered cudaErrorCudartUnloading / CUDA_ERROR_DEINITIALIZED), signed with the call and its "

@@ -11,7 +11,8 @@ namespace {
 
 constexpr const char* cores_about = R"(
 With core_pattern "core" (the kernel's default) the kernel writes one core file per directory:
-runs crashing at the same moment overwrite each other's core, and a directory holding a core/
+faultline holds each new core open as it appears, so runs crashing together keep their own
+(one replaced within microseconds of its creation is lost), but a directory holding a core/
 folder (a source tree) gets none, so those crashes are named by their signal alone. --install
 (root, on the host: the kernel runs the handler from the initial namespaces) sets core_pattern
 to pipe every core to faultline-core-handler, which puts a run's core in its run directory and

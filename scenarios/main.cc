@@ -69,7 +69,8 @@ int list(bool json) {
                         {"expect", b.expect}});
       }
       out.push_back({{"name", s.name}, {"description", s.description},
-                     {"timeout_ms", declared_timeout_ms(s, on_cuda)}, {"bug_points", bugs}, {"fault_space", s.fault_space}});
+                     {"timeout_ms", declared_timeout_ms(s, on_cuda)}, {"slots", s.slots}, {"bug_points", bugs},
+                     {"fault_space", s.fault_space}});
     }
     std::printf("%s\n", out.dump(2).c_str());
     return 0;

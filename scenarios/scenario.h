@@ -58,6 +58,11 @@ struct scenario {
   /// The outer timeout on the cuda backend where it must differ (0: timeout_ms): `list` declares
   /// it when the process would select cuda, so `run`, `verify` and `soak` use the right one.
   int cuda_timeout_ms = 0;
+  /// The share of the machine one run takes, in `--jobs` units: the processes with a device
+  /// context it has at once (CTest's PROCESSORS, nextest's threads-required). `run`, `verify` and
+  /// `soak` start runs only while the slots of those in flight stay within --jobs, so `--jobs`
+  /// = cores never puts more device contexts on the machine than it has cores.
+  int slots = 1;
   std::function<void(context&)> run;
   std::vector<bug_variant> bug_points;
   /// The faults the clean implementation must survive, from which `faultline soak` draws a spec

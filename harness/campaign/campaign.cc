@@ -335,6 +335,10 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
   // have ended; then the first thread to see none in flight runs the checkpoint.
   std::condition_variable idle;
   unsigned in_flight = 0;
+  // Slots (variant::slots) held by the runs in flight; a run starts while its own fit in jobs.
+  // The room is o.jobs even when fewer threads run (fewer runs than jobs).
+  unsigned slots_in_use = 0;
+  auto slots_of = [&](std::uint64_t k) { return std::clamp(o.variants[variant_index(k)].slots, 1u, o.jobs); };
   std::uint64_t since_checkpoint = 0;
   bool checkpointing = false;
   auto past_deadline = [&] { return o.deadline && std::chrono::steady_clock::now() >= *o.deadline; };
@@ -357,7 +361,7 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
             return;
           }
           const bool due = o.checkpoint && o.checkpoint_runs > 0 && since_checkpoint >= o.checkpoint_runs;
-          if (!due && !checkpointing) break;
+          if (!due && !checkpointing && slots_in_use + slots_of(next) <= o.jobs) break;
           if (due && !checkpointing && in_flight == 0) {
             checkpointing = true;
             since_checkpoint = 0;
@@ -373,6 +377,7 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
         }
         k = next++;
         ++in_flight;
+        slots_in_use += slots_of(k);
       }
       const variant& v = o.variants[variant_index(k)];
       const std::uint64_t seed = seed_of(k);
@@ -412,7 +417,8 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
       run_report rep = run_once(rq);
       auto end_of_run = [&] {  // under mu
         --in_flight;
-        if (in_flight == 0) idle.notify_all();
+        slots_in_use -= slots_of(k);
+        idle.notify_all();  // a checkpoint waiting for no run in flight, a wide run for room
       };
       // A scheduler that ends a job (Slurm's scancel, a pod's termination, a CI cancel) signals
       // every process of it at once, the runs among them: a run that died of SIGTERM, SIGINT or

@@ -70,6 +70,10 @@ struct variant {
   bool gtest_output = false;             ///< ask gtest programs for RUNDIR/gtest.xml
   bool in_run_dir = false;               ///< runs with RUNDIR as working directory (a scenario:
                                          ///< its core lands there, one per run, never shared)
+  /// The share of `jobs` one run takes (a scenario's declared slots; exec's --slots): a run starts
+  /// only while the slots of the runs in flight plus its own stay within jobs (at most jobs each).
+  /// Runs still start in run-number order: a wide run waits for room rather than being overtaken.
+  unsigned slots = 1;
 };
 
 /// The most runs a campaign performs at once (each is a thread and a process tree).

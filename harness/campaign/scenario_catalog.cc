@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "harness/campaign/campaign.h"
 #include "harness/campaign/fault_space.h"
 #include "harness/detail/sys.h"
 #include "harness/run/process.h"
@@ -30,6 +31,11 @@ core::result<std::vector<scenario_info>> parse_catalog(std::string_view json_tex
       info.description = s.value("description", std::string());
       auto timeout_ms = s.value("timeout_ms", std::int64_t{60'000});
       info.timeout = std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 60'000);
+      const auto slots = s.value("slots", std::int64_t{1});
+      if (slots < 1 || slots > static_cast<std::int64_t>(max_jobs))
+        return core::status(core::errc::corrupt, info.name + ": slots " + std::to_string(slots) + " is not in 1.." +
+                                                     std::to_string(max_jobs));
+      info.slots = static_cast<unsigned>(slots);
       for (const auto& b : s.value("bug_points", nlohmann::json::array())) {
         bug_point bp{b.at("point").get<std::string>(), b.at("faults").get<std::string>(), b.value("detect_rate", 1.0)};
         if (!(bp.detect_rate >= 0.0 && bp.detect_rate <= 1.0))
@@ -95,7 +101,7 @@ nlohmann::json to_json(const std::vector<scenario_info>& catalog) {
   for (const auto& s : catalog) {
     auto bps = nlohmann::json::array();
     for (const auto& b : s.bug_points) bps.push_back({{"point", b.point}, {"faults", b.faults}, {"detect_rate", b.detect_rate}});
-    arr.push_back({{"name", s.name}, {"description", s.description}, {"timeout_ms", s.timeout.count()}, {"bug_points", bps},
+    arr.push_back({{"name", s.name}, {"description", s.description}, {"timeout_ms", s.timeout.count()}, {"slots", s.slots}, {"bug_points", bps},
                    {"fault_space", s.fault_space}});
   }
   return arr;

@@ -3,7 +3,7 @@
 // Scenarios live in a separate binary (BUILD/bin/faultline-scenarios, beside `faultline`; the
 // environment variable FAULTLINE_SCENARIOS overrides the path). Its contract:
 //   faultline-scenarios list --json   prints a JSON array of
-//       {"name": "exit/static-pool", "description": "...", "timeout_ms": 20000,
+//       {"name": "exit/static-pool", "description": "...", "timeout_ms": 20000, "slots": 1,  (optional, >= 1)
 //        "bug_points": [{"point": "bug/alloc/no-exit-guard", "faults": "<spec>", "detect_rate": 0.95}],
 //        "fault_space": ["sim/stream/op=1..20%delay(10us..2ms)", ...]}     (optional)
 //   faultline-scenarios run NAME      runs one scenario in-process, reading FAULTLINE_SEED,
@@ -40,6 +40,8 @@ struct scenario_info {
   std::string name;
   std::string description;
   std::chrono::milliseconds timeout{60'000};
+  /// The share of --jobs one run takes (processes with a device context at once); variant::slots.
+  unsigned slots = 1;
   std::vector<bug_point> bug_points;
   /// The faults a soak draws from (harness/campaign/fault_space.h); empty: the soak varies only seeds.
   std::vector<std::string> fault_space;

@@ -16,7 +16,7 @@ const char* const catalog_json = R"json([
   {"name": "exit/static-pool", "timeout_ms": 20000,
    "bug_points": [{"point": "bug/alloc/no-exit-guard", "faults": "bug/alloc/no-exit-guard=print", "detect_rate": 0.95}],
    "fault_space": ["sim/allocate=1..30%delay(1us..2ms)"]},
-  {"name": "exit/early-reset", "timeout_ms": 20000, "bug_points": []},
+  {"name": "exit/early-reset", "timeout_ms": 20000, "slots": 3, "bug_points": []},
   {"name": "registry/concurrent-unregister", "timeout_ms": 20000, "bug_points": []}
 ])json";
 
@@ -33,6 +33,20 @@ TEST(scenario_catalog, parses_bug_points_and_fault_spaces) {
   EXPECT_EQ((*c)[0].bug_points.at(0).detect_rate, 0.95);
   EXPECT_EQ((*c)[0].fault_space, std::vector<std::string>{"sim/allocate=1..30%delay(1us..2ms)"});
   EXPECT_TRUE((*c)[1].fault_space.empty()) << "a catalog without fault spaces (an older binary) still reads";
+}
+
+TEST(scenario_catalog, slots_default_to_one_and_a_bad_count_is_refused) {
+  auto c = harness::parse_catalog(catalog_json);
+  ASSERT_TRUE(c.has_value()) << c.error().to_string();
+  EXPECT_EQ((*c)[0].slots, 1u);
+  EXPECT_EQ((*c)[1].slots, 3u);
+  EXPECT_EQ(harness::to_json(*c)[1]["slots"], 3);
+  for (const char* bad : {R"([{"name": "ipc/x", "slots": 0}])", R"([{"name": "ipc/x", "slots": -2}])",
+                          R"([{"name": "ipc/x", "slots": 5000}])", R"([{"name": "ipc/x", "slots": "3"}])"}) {
+    auto r = harness::parse_catalog(bad);
+    ASSERT_FALSE(r.has_value()) << bad;
+    EXPECT_EQ(r.error().code(), faultline::core::errc::corrupt) << bad;
+  }
 }
 
 TEST(scenario_catalog, a_malformed_fault_space_is_refused_naming_the_scenario) {

@@ -305,6 +305,7 @@ core::result<soak_result> run_soak(const soak_options& o) {
     v.argv = {o.scenario_binary.string(), "run", sc.name};
     v.timeout = milliseconds(static_cast<std::int64_t>(static_cast<double>(sc.timeout.count()) * o.timeout_scale));
     v.in_run_dir = true;
+    v.slots = sc.slots;
     c.variants.push_back(std::move(v));
   }
   const std::uint64_t seed = state.seed;

@@ -15,6 +15,7 @@
 
 #include "harness/detail/sys.h"
 #include "harness/run/core_handler/core_handler.h"
+#include "harness/run/core_keeper.h"
 #include "harness/run/dwfl_stacks.h"
 #include "harness/run/process.h"
 #include "harness/run/stacks.h"
@@ -78,7 +79,25 @@ bool write_whole_file(const char* path, const std::string& text) {
   return ::close(fd) == 0 && ok;
 }
 
+// The one file every core of a process in `cwd` is written to, when core_pattern names one
+// (no specifier, no core_uses_pid): "core" -> CWD/core. nullopt when each core has its own name
+// or cores do not go to files.
+std::optional<fs::path> shared_core_name(const std::string& pattern_text, bool uses_pid, const fs::path& cwd) {
+  const auto files = file_pattern(pattern_text);
+  if (!files || files->empty() || uses_pid || files->find('%') != std::string::npos) return std::nullopt;
+  const fs::path target = fs::path(*files).is_absolute() ? fs::path(*files) : cwd / *files;
+  if (target.filename().empty()) return std::nullopt;
+  return target;
+}
+
 }  // namespace
+
+core::status keep_cores_apart(const fs::path& cwd) {
+  auto uses_pid = detail::read_file("/proc/sys/kernel/core_uses_pid", 64);
+  const auto place = shared_core_name(core_pattern_text(), uses_pid && trimmed(*uses_pid) == "1", cwd);
+  if (!place) return {};
+  return core_keeper::instance().watch(place->parent_path(), place->filename().string());
+}
 
 std::string enable_core_capture() {
   static const std::string why_not = [] () -> std::string {
@@ -233,7 +252,23 @@ core::status capture_core(const std::vector<pid_t>& pids, const fs::path& cwd, c
     globs.push_back((run_dir / "core.*").string());  // core.PID, the pid in the core's notes decides
   }
   if (files) globs.push_back(core_glob(*files, uses_pid && trimmed(*uses_pid) == "1", cwd));
-  std::vector<fs::path> candidates;
+  // Cores the keeper holds (core_keeper.h: a shared name, replaced by later crashes), then the
+  // files the globs find; a file both hold is read through the keeper.
+  struct candidate {
+    fs::path path;
+    std::optional<core_keeper::held_core> held;
+  };
+  std::vector<candidate> candidates;
+  struct release_unread {  // the keeper's descriptors this call did not claim
+    std::vector<candidate>& c;
+    ~release_unread() {
+      for (auto& k : c)
+        if (k.held) core_keeper::instance().release(*k.held, false);
+    }
+  } unread{candidates};
+  if (auto place = shared_core_name(pattern, uses_pid && trimmed(*uses_pid) == "1", cwd))
+    for (auto& h : core_keeper::instance().held(place->parent_path())) candidates.push_back({h.path, h});
+  const std::size_t held_count = candidates.size();
   const auto since_s = std::chrono::system_clock::to_time_t(since) - 1;
   for (const auto& glob_text : globs) {
     glob_t found{};
@@ -241,9 +276,12 @@ core::status capture_core(const std::vector<pid_t>& pids, const fs::path& cwd, c
       for (std::size_t i = 0; i < found.gl_pathc; ++i) {
         const fs::path path = found.gl_pathv[i];
         struct stat st {};
-        if (path.extension() == ".part" || std::find(candidates.begin(), candidates.end(), path) != candidates.end()) continue;
-        if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_mtime >= since_s && st.st_uid == ::getuid())
-          candidates.push_back(path);
+        if (path.extension() == ".part") continue;
+        if (std::any_of(candidates.begin(), candidates.end(), [&](const candidate& c) { return c.path == path; })) continue;
+        if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_mtime < since_s || st.st_uid != ::getuid()) continue;
+        const bool kept = std::any_of(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(held_count),
+                                      [&](const candidate& c) { return c.held->device == st.st_dev && c.held->inode == st.st_ino; });
+        if (!kept) candidates.push_back({path, std::nullopt});
       }
     }
     ::globfree(&found);
@@ -253,13 +291,23 @@ core::status capture_core(const std::vector<pid_t>& pids, const fs::path& cwd, c
     for (const auto& g : globs) where += (where.empty() ? "" : " or ") + g;
     return core::status(core::errc::not_found, "no core file matches " + where);
   }
-  for (const auto& core : candidates) {
+  for (auto& cand : candidates) {
+    const fs::path& core = cand.path;
     // Whose core it is, from its notes: another run's (or no core at all) is left alone.
     auto id = read_core_identity(core);
     if (!id || id->pid == 0 || std::find(pids.begin(), pids.end(), id->pid) == pids.end()) continue;
+    // Read or not, this run's core leaves the directory (and the keeper) once looked at.
+    std::error_code ec;
+    auto forget = [&] {
+      if (cand.held) {
+        core_keeper::instance().release(*cand.held, true);
+        cand.held.reset();
+      } else {
+        fs::remove(core, ec);
+      }
+    };
     // The program, from the command line the core recorded ("Core was generated by" in gdb):
     // libdwfl needs it only when the core's NT_FILE note does not name it; gdb always does.
-    std::error_code ec;
     fs::path exe = id->arguments.substr(0, id->arguments.find(' '));
     if (!exe.empty() && exe.is_relative()) exe = cwd / exe;
     if (!exe.empty() && !fs::is_regular_file(exe, ec)) exe.clear();
@@ -272,7 +320,7 @@ core::status capture_core(const std::vector<pid_t>& pids, const fs::path& cwd, c
     } else {
       const std::string dwfl_failed = stacks ? "libdwfl found no frame in " + core.string() : stacks.error().message();
       if (!gdb_available()) {
-        fs::remove(core, ec);
+        forget();
         return core::status(core::errc::unavailable, dwfl_failed);
       }
       auto env = current_environment();
@@ -283,12 +331,12 @@ core::status capture_core(const std::vector<pid_t>& pids, const fs::path& cwd, c
       auto gdb = run_tool(gdb_argv(tail), gdb_timeout, env);
       const auto at = gdb && !gdb->timed_out ? gdb->output.find("\nThread ") : std::string::npos;
       if (at == std::string::npos) {
-        fs::remove(core, ec);
+        forget();
         return core::status(core::errc::unavailable, dwfl_failed + "; gdb could not read it either");
       }
       section = head + "gdb ===\n" + gdb->output.substr(at + 1);
     }
-    fs::remove(core, ec);
+    forget();
     std::ofstream file(out, std::ios::app);
     file << section << "\n";
     if (!file) return core::status(core::errc::io_error, "cannot write " + out.string());

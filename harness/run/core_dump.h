@@ -25,13 +25,14 @@
 // Where the cores are: with faultline-core-handler installed (`faultline cores --install`,
 // harness/run/core_handler/core_handler.h), core_pattern pipes every core to it and it writes a
 // run's core as RUN_DIR/core.PID, whatever the program's directory holds and however many runs
-// crash at once. Otherwise core_pattern names a file. Limits: a core_pattern that pipes cores to
+// crash at once. Otherwise core_pattern names a file; where that is one name per directory
+// ("core"), keep_cores_apart() holds each new core open so that a later crash cannot take it
+// (core_keeper.h). Limits: a core_pattern that pipes cores to
 // another program (systemd-coredump, apport) leaves the harness nothing to read; so does a
 // program that changed its working directory when the pattern is relative, or RLIMIT_CORE's hard
-// limit of 0. A pattern without the pid ("core") names one file per directory: runs crashing at
-// the same moment in the same directory may overwrite each other's core, and a directory that
-// holds a core/ folder gets none; the pid inside the core is checked, so a run never takes
-// another run's core for its own.
+// limit of 0. A pattern without the pid ("core") names one file per directory: a core replaced
+// before the keeper opened it (microseconds) is lost, and a directory that holds a core/ folder
+// gets none; the pid inside the core is checked, so a run never takes another run's core.
 //
 // Thread safety: capture_core may run for several runs at once.
 #pragma once
@@ -62,6 +63,13 @@ std::string enable_core_capture();
 /// pattern's directory is missing or not writable, or its fixed file name is a directory there
 /// ("./core" in a tree with a core/ folder); each message ends with core_handler_hint.
 std::string core_destination_problem(const std::filesystem::path& cwd);
+
+/// Where core_pattern gives every core of a process in `cwd` one file name ("core"), watches that
+/// directory so that each core written there is held open the moment it appears (core_keeper.h):
+/// capture_core then finds a run's core even after a later crash replaced the name. A no-op when
+/// cores have names of their own. Call it before the runs start. Errors: io_error when the
+/// directory cannot be watched (cores there are then found by name only, as before).
+core::status keep_cores_apart(const std::filesystem::path& cwd);
 
 /// Whether core_pattern (with core_uses_pid) gives each process's core its own name (%p, %P, %t...,
 /// or faultline-core-handler's core.PID).

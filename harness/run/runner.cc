@@ -224,6 +224,8 @@ run_report run_once(const run_request& rq) {
   const fs::path run_cwd = rq.in_run_dir ? fs::absolute(rq.run_dir) : fs::current_path(cwd_ec);
   crash_channel channel;
   const crash_capture capture = get_env(env, agent::crash_mode_env) ? crash_capture::none : resolve_crash_capture(rq.crash, nullptr, run_cwd);
+  // Where every core of the run's directory gets one name, hold each new one open (core_keeper.h).
+  if (capture == crash_capture::core) (void)keep_cores_apart(run_cwd);
   if (!get_env(env, agent::crash_mode_env)) {
     switch (capture) {
       case crash_capture::outside: {

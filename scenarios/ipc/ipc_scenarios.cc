@@ -34,9 +34,11 @@
 // an import hangs until the outer timeout, and the hung stacks show the parent inside
 // ipc::pool::close. Every spec is inherited by the children: the whole tree runs the old code.
 //
-// Timing: the registered outer timeout (2.5 s) is for the sim; the scenarios aim to fail cleanly
-// within 90% of it. On cuda, where a child's runtime start alone takes ~0.2 s, the timeouts are
-// scaled (child timeout 3 s) and the budget is 9 s: run them with `--timeout 10s`.
+// Timing (timing_for below): the registered outer timeout (2.5 s) is for the sim; the catalog
+// declares 30 s on cuda; the scenarios aim to fail cleanly within 90% of it. Each wait on a child
+// counts from its device up, so a loaded machine's slow runtime starts are not taken for a late
+// child; each run declares three slots (three processes with a device context at once), so
+// `--jobs J` runs J contexts at most.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -153,22 +155,54 @@ core::status read_report(dev::backend& d, void* buffer, int index, report& out) 
   return read_device(d, &out, at(buffer, reports_at + static_cast<std::size_t>(index) * report_bytes), sizeof out);
 }
 
+// "ipc-ready.PID" in the working directory (a scenario run's own directory, shared by its
+// processes): the child PID has its device up (and, an importer, waits for its handle).
+std::string ready_file_of(pid_t pid) { return "ipc-ready." + std::to_string(pid); }
+
+void announce_ready() {
+  const int fd = ::open(ready_file_of(::getpid()).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) ::close(fd);
+}
+
 // --- timing ------------------------------------------------------------------------------------
 
+// Every wait on a child counts from the moment the child said its device is up (its ready file),
+// never from its start: how long a device runtime takes to come up depends on the machine's load
+// (on an H100 at --jobs 16, sixteen runs' contexts at once made a child's CUDA start outlast a
+// 3 s join timeout counted from the spawn, and clean runs failed). The start itself has a bound
+// of its own, far above what a loaded machine takes, so a child that never comes up still fails
+// the parent cleanly. The bugs' hangs do not depend on these numbers: a bug path blocks without
+// a bound, and the slow child's delay (600 s) outlasts every outer timeout.
 struct timing {
   ms outer;          // the outer timeout these numbers are made for
   ms budget;         // the run must end (cleanly) within this: outer - 10%
-  ms child_timeout;  // the parent's join timeout per child
-  ms chain_timeout;  // reexport-chain: the time a whole A -> B -> C round may take
+  ms startup_bound;  // a child's start, from its spawn until its device is up
+  ms child_timeout;  // a child's report, from its device up
+  ms exit_timeout;   // a released child's exit (its runtime's teardown included)
+  ms chain_timeout;  // reexport-chain: B's report, from B's device up (C's start and round)
   ms close_bound;    // the fixed protocol's close, after the kill: a backstop
   ms busy_stream;    // reexport-chain: how long B's stream is busy before its write lands
 };
 
 constexpr int registered_timeout_ms = 2500;
+constexpr int cuda_timeout_ms = 30000;
 
 timing timing_for(dev::backend_kind kind) {
-  if (kind == dev::backend_kind::cuda) return {10000ms, 9000ms, 3000ms, 6000ms, 2000ms, 1500ms};
-  return {ms(registered_timeout_ms), ms(registered_timeout_ms * 9 / 10), 300ms, 1500ms, 500ms, 200ms};
+  const bool cuda = kind == dev::backend_kind::cuda;
+  const ms outer(cuda ? cuda_timeout_ms : registered_timeout_ms);
+  const ms startup = cuda ? 12000ms : 1000ms;
+  const ms child = cuda ? 3000ms : 400ms;
+  const ms exit = cuda ? 6000ms : 600ms;
+  const ms busy = cuda ? 1500ms : 200ms;
+  return {.outer = outer,
+          .budget = outer * 9 / 10,
+          .startup_bound = startup,
+          .child_timeout = child,
+          .exit_timeout = exit,
+          // B after its device is up: C's start, the busy stream, C's report and exit.
+          .chain_timeout = startup + busy + child + exit,
+          .close_bound = cuda ? 2000ms : 500ms,
+          .busy_stream = busy};
 }
 
 // What the binding's close did: no bound at all (a day is forever for a run).
@@ -185,10 +219,14 @@ class child_group {
     int index;
     pid_t pid;
     int go_fd;
+    clock_type::time_point started;
+    clock_type::time_point ready{};  // when its ready file was seen (its device is up)
     int end_status = -1;  // exit code or 128 + signal once it ended
   };
 
-  explicit child_group(rng& seeds) : launcher_({"/proc/self/exe", "worker"}, faults::current_spec(), seeds) {}
+  /// `startup_bound`: how long a child may take from its spawn until its device is up.
+  child_group(rng& seeds, ms startup_bound)
+      : launcher_({"/proc/self/exe", "worker"}, faults::current_spec(), seeds), startup_bound_(startup_bound) {}
   ~child_group() { release(); }
   child_group(const child_group&) = delete;
   child_group& operator=(const child_group&) = delete;
@@ -198,7 +236,7 @@ class child_group {
     int go = -1;
     auto pid = launcher_.start(worker, args, extra_faults, &go);
     if (!pid) return pid.error();
-    children_.push_back({std::string(worker) + "#" + std::to_string(index), index, *pid, go});
+    children_.push_back({std::string(worker) + "#" + std::to_string(index), index, *pid, go, clock_type::now()});
     return *pid;
   }
 
@@ -215,25 +253,41 @@ class child_group {
     return {};
   }
 
-  /// Waits until every child has reported (`reported(index)`) or ended, at most `timeout`.
+  /// Waits until every child has reported (`reported(index)`) or ended, each at most `timeout`
+  /// from the moment its device came up (and its start at most the group's startup bound).
   /// A child that ends is noted at once but the wait goes on for the others, so that every
   /// child still alive has imported when the parent acts. ok when all reported; else timeout
-  /// naming the late ones, or internal naming the ones that ended first (their status).
+  /// naming the overdue ones, or internal naming the ones that ended first (their status).
   core::status wait_reported(const std::function<bool(int)>& reported, ms timeout) {
-    const auto deadline = clock_type::now() + timeout;
     for (;;) {
-      std::vector<const child*> late, ended;
+      const auto now = clock_type::now();
+      std::vector<const child*> late, ended, not_up, overdue;
+      clock_type::time_point due_last{};
       for (child& c : children_) {
         if (reported(c.index)) continue;
         if (c.end_status < 0) c.end_status = launcher_.wait(c.pid, 0ms);
-        (c.end_status >= 0 ? ended : late).push_back(&c);
+        if (c.end_status >= 0) {
+          ended.push_back(&c);
+          continue;
+        }
+        late.push_back(&c);
+        if (c.ready == clock_type::time_point{} && ::access(ready_file_of(c.pid).c_str(), F_OK) == 0) c.ready = now;
+        const bool up = c.ready != clock_type::time_point{};
+        const auto due = up ? c.ready + timeout : c.started + startup_bound_;
+        if (now < due) continue;
+        (up ? overdue : not_up).push_back(&c);
+        due_last = std::max(due_last, due);
       }
       if (late.empty() && ended.empty()) return {};
-      if (late.empty() || clock_type::now() >= deadline) {
-        last_deadline_ = deadline;
+      if (late.empty() || !overdue.empty() || !not_up.empty()) {
+        last_deadline_ = due_last != clock_type::time_point{} ? due_last : now;
         if (!ended.empty()) return {core::errc::internal, names(ended, true) + " before reporting"};
-        return {core::errc::timeout, names(late, false) + " did not report within its " +
-                                         std::to_string(timeout.count()) + " ms timeout"};
+        if (!overdue.empty()) {
+          return {core::errc::timeout, names(overdue, false) + " did not report within its " +
+                                           std::to_string(timeout.count()) + " ms timeout (from its device up)"};
+        }
+        return {core::errc::timeout, names(not_up, false) + " did not bring its device up within " +
+                                         std::to_string(startup_bound_.count()) + " ms of its start"};
       }
       ::usleep(1000);
     }
@@ -306,6 +360,7 @@ class child_group {
   }
 
   faults::launcher launcher_;
+  ms startup_bound_;
   std::vector<child> children_;
   clock_type::time_point last_deadline_{};
 };
@@ -335,7 +390,8 @@ struct protocol_result {
 // `before_close` runs right before the pool is closed on the fixed paths (the caller's last look
 // at the shared bytes: a closed pool's memory is gone).
 protocol_result run_protocol(ipc::pool& pool, child_group& kids, const std::function<bool(int)>& reported,
-                             ms join_timeout, ms close_bound, const std::function<void()>& before_close) {
+                             ms report_timeout, ms exit_timeout, ms close_bound,
+                             const std::function<void()>& before_close) {
   protocol_result r;
   const bool unchecked = FAULTLINE_BUG("bug/ipc/unchecked-join");
   auto fail_cleanly = [&](core::status reason) {
@@ -353,10 +409,10 @@ protocol_result run_protocol(ipc::pool& pool, child_group& kids, const std::func
     r.outcome = std::move(reason);
     return r;
   };
-  core::status s = kids.wait_reported(reported, join_timeout);
+  core::status s = kids.wait_reported(reported, report_timeout);
   if (!s && !unchecked) return fail_cleanly(s);
   kids.release();
-  s = kids.join(join_timeout);
+  s = kids.join(exit_timeout);
   if (!s && !unchecked) return fail_cleanly(s);
   before_close();
   r.close_status = pool.close(unchecked ? unbounded_close : close_bound);
@@ -512,15 +568,6 @@ dev::backend* worker_device(const char* who) {
   return *d;
 }
 
-// "ipc-ready.PID" in the working directory (a scenario run's own directory, shared by its
-// processes): the importer PID has its device up and waits for its handle.
-std::string ready_file_of(pid_t pid) { return "ipc-ready." + std::to_string(pid); }
-
-void announce_ready() {
-  const int fd = ::open(ready_file_of(::getpid()).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd >= 0) ::close(fd);
-}
-
 std::unique_ptr<ipc::mapping> worker_import(const char* who, dev::backend& d) {
   std::string line;
   if (!read_line(line)) {
@@ -610,7 +657,7 @@ int importer_worker(const std::vector<std::string>& args, rng& random) {
 // device copy on a stream kept busy first (a long kernel that ends BUSY_MS after C announced its
 // device up, or once C has reported), re-exports the buffer with
 // the copy's event as `ready`, and sends C the handle. Then it runs the fixed protocol on C
-// (report within CHAIN_TIMEOUT_MS, release, join; kill on failure), writes its own report (index
+// (report within BUSY_MS + the child timeout of C's device up, release, join; kill on failure), writes its own report (index
 // 0: A's payload checked; verdict downstream when C failed), holds its import until A releases
 // it, and exits: 0, rc_stale (A's payload was wrong) or rc_downstream (C failed).
 int relay_worker(const std::vector<std::string>& args, rng& random) {
@@ -621,11 +668,13 @@ int relay_worker(const std::vector<std::string>& args, rng& random) {
   std::signal(SIGPIPE, SIG_IGN);
   dev::backend* d = worker_device("ipc/relay");
   if (d == nullptr) return rc_setup;
+  announce_ready();  // A's wait for this child's report counts from here
+  const timing t = timing_for(d->kind());
   auto m = worker_import("ipc/relay", *d);
   if (!m) return rc_import;
 
   const auto mine = random_bytes(payload_bytes, random.next());
-  child_group kids(random);
+  child_group kids(random, t.startup_bound);
   if (!kids.start("ipc/importer", 1, {"1", std::to_string(payload_b), hex(fnv1a(mine.data(), mine.size()))})) {
     return rc_setup;
   }
@@ -665,11 +714,12 @@ int relay_worker(const std::vector<std::string>& args, rng& random) {
       report rep{};
       return read_report(*d, m->data(), index, rep).is_ok() && rep.magic == report_magic;
     };
-    st = kids.wait_reported(reported, chain_timeout);
+    // C reports once the gate has opened (BUSY_MS after its device came up) and it has read.
+    st = kids.wait_reported(reported, busy + t.child_timeout);
     gate.open.store(true, std::memory_order_release);
     if (st) {
       kids.release();
-      st = kids.join(chain_timeout);
+      st = kids.join(t.exit_timeout);
     }
   }
   if (!st) {
@@ -703,8 +753,8 @@ int relay_worker(const std::vector<std::string>& args, rng& random) {
 //   import the child still holds.
 // Drives: an IPC pool with a checksummed payload, exported; two ipc/importer children, the
 //   second one's start delayed 30 s after its import (spawn-delay injector
-//   ipc/child/start=delay(30s) in its own spec). The parent runs the protocol with its join
-//   timeout (300 ms on the sim, 3 s on cuda).
+//   ipc/child/start=delay(600s) in its own spec). The parent runs the protocol with its join
+//   timeout (400 ms on the sim, 3 s on cuda, from its device up).
 // Faults: the delayed start.
 // Invariants: the parent fails cleanly: its reason is a timeout naming the slow child
 //   (parent-failed-cleanly), the survivors are killed and the pool then closes at once (the
@@ -720,11 +770,11 @@ void slow_child(context& ctx) {
   const auto start = clock_type::now();
   arena a = make_arena(ctx);
   const timing t = timing_for(a.device->kind());
-  child_group kids(ctx.random());
+  child_group kids(ctx.random(), t.startup_bound);
   constexpr int slow = 1;
-  start_importers(ctx, kids, a, 2, slow, "ipc/child/start=delay(30s)");
+  start_importers(ctx, kids, a, 2, slow, "ipc/child/start=delay(600s)");
   const protocol_result r =
-      run_protocol(*a.pool, kids, report_reader(ctx, a), t.child_timeout, t.close_bound, a.capture(ctx));
+      run_protocol(*a.pool, kids, report_reader(ctx, a), t.child_timeout, t.exit_timeout, t.close_bound, a.capture(ctx));
 
   const std::string slow_name = kids.children()[slow].name;
   ctx.check(r.outcome.code() == core::errc::timeout && r.outcome.message().find(slow_name) != std::string::npos,
@@ -765,11 +815,11 @@ void child_killed_holding_import(context& ctx) {
   const auto start = clock_type::now();
   arena a = make_arena(ctx);
   const timing t = timing_for(a.device->kind());
-  child_group kids(ctx.random());
+  child_group kids(ctx.random(), t.startup_bound);
   constexpr int victim = 0;
   start_importers(ctx, kids, a, 2, victim, "ipc/child/holding=kill");
   const protocol_result r =
-      run_protocol(*a.pool, kids, report_reader(ctx, a), t.child_timeout, t.close_bound, a.capture(ctx));
+      run_protocol(*a.pool, kids, report_reader(ctx, a), t.child_timeout, t.exit_timeout, t.close_bound, a.capture(ctx));
 
   const auto& v = kids.children()[victim];
   ctx.check(!r.outcome && r.outcome.message().find(v.name) != std::string::npos &&
@@ -828,14 +878,14 @@ void reexport_chain(context& ctx) {
   const std::uint64_t previous_sum = fnv1a(previous.data(), previous.size());
   ctx.require(write_device(*a.device, at(a.buffer, payload_b), previous.data(), payload_bytes).is_ok(), "buffer-written");
 
-  child_group kids(ctx.random());
+  child_group kids(ctx.random(), t.startup_bound);
   auto b = kids.start("ipc/relay", 0, {std::to_string(t.busy_stream.count()), std::to_string(t.chain_timeout.count()),
                                        hex(a.payload_sum)});
   ctx.require(b.has_value(), "worker-started", b ? std::string() : b.error().to_string());
   ctx.note("worker " + kids.children()[0].name + " pid " + std::to_string(*b));
   ctx.require(kids.send(kids.children()[0], ipc::to_string(a.handle)).is_ok(), "handle-sent");
-  // A's join timeout covers B's whole round with C.
-  const protocol_result r = run_protocol(*a.pool, kids, report_reader(ctx, a), t.chain_timeout + t.child_timeout,
+  // A's wait for B's report covers B's whole round with C, from B's device up.
+  const protocol_result r = run_protocol(*a.pool, kids, report_reader(ctx, a), t.chain_timeout, t.exit_timeout,
                                          t.close_bound, a.capture(ctx));
 
   const report rb = a.captured_report(0);
@@ -883,7 +933,8 @@ void register_ipc_scenarios(registry& r) {
   add({.name = "ipc/slow-child",
        .description = "a child's start delayed past the parent's join timeout while it holds an import (cuda-python #2124)",
        .timeout_ms = registered_timeout_ms,
-       .cuda_timeout_ms = static_cast<int>(timing_for(dev::backend_kind::cuda).outer.count()),
+       .cuda_timeout_ms = cuda_timeout_ms,
+       .slots = 3,  // the parent and two children (A, B and C in the chain), each with a context
        .run = slow_child,
        .bug_points = {{.point = "bug/ipc/unchecked-join",
                        .faults = "bug/ipc/unchecked-join=print",
@@ -897,7 +948,8 @@ void register_ipc_scenarios(registry& r) {
   add({.name = "ipc/child-killed-holding-import",
        .description = "a child SIGKILLed while it holds an import; the parent must kill the rest before closing",
        .timeout_ms = registered_timeout_ms,
-       .cuda_timeout_ms = static_cast<int>(timing_for(dev::backend_kind::cuda).outer.count()),
+       .cuda_timeout_ms = cuda_timeout_ms,
+       .slots = 3,  // the parent and two children (A, B and C in the chain), each with a context
        .run = child_killed_holding_import,
        .bug_points = {{.point = "bug/ipc/close-before-kill",
                        .faults = "bug/ipc/close-before-kill=print",
@@ -907,7 +959,8 @@ void register_ipc_scenarios(registry& r) {
   add({.name = "ipc/reexport-chain",
        .description = "A exports to B, B re-exports to C before its write landed: stale bytes (numba-cuda #930)",
        .timeout_ms = registered_timeout_ms,
-       .cuda_timeout_ms = static_cast<int>(timing_for(dev::backend_kind::cuda).outer.count()),
+       .cuda_timeout_ms = cuda_timeout_ms,
+       .slots = 3,  // the parent and two children (A, B and C in the chain), each with a context
        .run = reexport_chain,
        .bug_points = {{.point = "bug/ipc/dropped-event-wait",
                        .faults = "bug/ipc/dropped-event-wait=print",

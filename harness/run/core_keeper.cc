@@ -1,0 +1,134 @@
+#include "harness/run/core_keeper.h"
+
+#include <fcntl.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+namespace faultline::harness {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::size_t max_held = 64;
+constexpr auto max_age = std::chrono::minutes(10);
+
+}  // namespace
+
+core_keeper& core_keeper::instance() {
+  static core_keeper* keeper = new core_keeper();  // never destroyed: its thread runs to the end
+  return *keeper;
+}
+
+core::status core_keeper::watch(const fs::path& dir, const std::string& name) {
+  std::lock_guard lock(mu_);
+  for (const auto& w : watched_)
+    if (w.dir == dir && w.name == name) return {};
+  if (inotify_fd_ < 0) {
+    inotify_fd_ = ::inotify_init1(IN_CLOEXEC);
+    if (inotify_fd_ < 0) return core::status::from_errno(errno, "inotify_init1");
+    try {
+      std::thread([this] { watch_loop(); }).detach();
+    } catch (const std::system_error& e) {
+      ::close(inotify_fd_);
+      inotify_fd_ = -1;
+      return core::status(core::errc::io_error, std::string("cannot start the core keeper's thread: ") + e.what());
+    }
+  }
+  // IN_CREATE: the kernel creates the core (after unlinking the previous one of that name).
+  const int wd = ::inotify_add_watch(inotify_fd_, dir.c_str(), IN_CREATE | IN_ONLYDIR);
+  if (wd < 0) return core::status::from_errno(errno, "inotify_add_watch " + dir.string());
+  watched_.push_back({wd, dir, name});
+  return {};
+}
+
+void core_keeper::watch_loop() {
+  alignas(inotify_event) char buf[16 * 1024];
+  for (;;) {
+    const ssize_t n = ::read(inotify_fd_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    for (ssize_t at = 0; at < n;) {
+      const auto* ev = reinterpret_cast<const inotify_event*>(buf + at);
+      at += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+      if (ev->len == 0 || (ev->mask & IN_ISDIR) != 0) continue;
+      fs::path file;
+      {
+        std::lock_guard lock(mu_);
+        for (const auto& w : watched_)
+          if (w.wd == ev->wd && w.name == ev->name) file = w.dir / w.name;
+      }
+      if (!file.empty()) hold(file);
+    }
+  }
+}
+
+void core_keeper::hold(const fs::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return;  // replaced or removed already
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::getuid()) {
+    ::close(fd);
+    return;
+  }
+  std::vector<int> to_close;
+  {
+    std::lock_guard lock(mu_);
+    const bool known = std::any_of(held_.begin(), held_.end(), [&](const entry& e) {
+      return e.core.device == st.st_dev && e.core.inode == st.st_ino;
+    });
+    if (known) {
+      to_close.push_back(fd);
+    } else {
+      const auto now = std::chrono::steady_clock::now();
+      held_.push_back({{fs::path("/proc/self/fd") / std::to_string(fd), file, fd, st.st_dev, st.st_ino}, now});
+      while (!held_.empty() && (held_.size() > max_held || now - held_.front().since > max_age)) {
+        to_close.push_back(held_.front().core.fd);
+        held_.erase(held_.begin());
+      }
+    }
+  }
+  for (int f : to_close) ::close(f);
+}
+
+std::vector<core_keeper::held_core> core_keeper::held(const fs::path& dir) {
+  std::lock_guard lock(mu_);
+  std::vector<held_core> out;
+  for (const auto& e : held_) {
+    if (e.core.name.parent_path() != dir) continue;
+    // The caller's own descriptor: another run's release cannot close it under the caller.
+    const int fd = ::fcntl(e.core.fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) continue;
+    held_core c = e.core;
+    c.fd = fd;
+    c.path = fs::path("/proc/self/fd") / std::to_string(fd);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void core_keeper::release(const held_core& core, bool mine) {
+  int original = -1;
+  if (mine) {
+    std::lock_guard lock(mu_);
+    auto it = std::find_if(held_.begin(), held_.end(), [&](const entry& e) {
+      return e.core.device == core.device && e.core.inode == core.inode;
+    });
+    if (it != held_.end()) {
+      original = it->core.fd;
+      held_.erase(it);
+    }
+    struct stat st {};
+    if (::lstat(core.name.c_str(), &st) == 0 && st.st_dev == core.device && st.st_ino == core.inode)
+      ::unlink(core.name.c_str());
+  }
+  if (original >= 0) ::close(original);
+  if (core.fd >= 0) ::close(core.fd);
+}
+
+}  // namespace faultline::harness

@@ -1,0 +1,90 @@
+// Keeps the core of every crashed run where core_pattern gives every core of a directory one name.
+//
+// With core_pattern "core" (and core_uses_pid 0), the default of many machines and containers,
+// the kernel writes each crashing process's core to the one file CWD/core: it unlinks the file
+// there and creates a new one. Runs of a campaign that share a working directory (every `exec`
+// run starts in the user's directory) and crash at the same moment then lose each other's cores:
+// measured on an H100 at --jobs 6, 22 of 26 crashes of an RMM client were named by their signal
+// alone. Changing core_pattern needs root and changes the machine; changing the runs' working
+// directory changes the program. Neither is needed: the kernel unlinks the old core, it does not
+// truncate it, so whoever holds the file open keeps it. The keeper watches the directory
+// (inotify, IN_CREATE) and opens every new file of that name the moment it appears; the run that
+// crashed reads its core through the descriptor (/proc/self/fd/N) once it has been reaped, after
+// the kernel finished writing it, whatever other cores replaced the name since. A core is whose
+// its notes say (core_dump.cc checks the pid), so a held core is never taken for another run's.
+//
+//   auto& keeper = core_keeper::instance();
+//   keeper.watch("/home/me/proj", "core");               // before the runs start
+//   for (const auto& c : keeper.held("/home/me/proj")) { ... read c.path ...; keeper.release(c, whose == mine); }
+//
+// Limit: a core replaced in the microseconds between its creation and the keeper's open is lost
+// as before. Held cores are bounded (the oldest is let go past 64, and any past 10 minutes).
+//
+// Thread safety: every member may be called from any thread; one watcher thread per process.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace faultline::harness {
+
+class core_keeper {
+ public:
+  /// One core held open.
+  struct held_core {
+    std::filesystem::path path;  ///< "/proc/self/fd/N": reads the file whatever replaced its name
+    std::filesystem::path name;  ///< where it was created (DIR/core)
+    int fd = -1;
+    dev_t device = 0;
+    ino_t inode = 0;
+  };
+
+  /// The process's keeper (its watcher thread starts at the first watch()).
+  static core_keeper& instance();
+
+  /// Holds every file named `name` created in `dir` from now on (idempotent per directory and
+  /// name). Errors: io_error when inotify cannot watch the directory (then cores there are only
+  /// found by name, as before).
+  core::status watch(const std::filesystem::path& dir, const std::string& name);
+
+  /// The cores held for files in `dir`, oldest first, each through a descriptor of the caller's
+  /// own (pass every one to release()).
+  std::vector<held_core> held(const std::filesystem::path& dir);
+
+  /// Closes the caller's descriptor of `core`; with `mine` (the core was read and belongs to the
+  /// caller's run) the keeper lets it go too, and its name leaves the directory when the name
+  /// still points to it.
+  void release(const held_core& core, bool mine);
+
+  core_keeper(const core_keeper&) = delete;
+  core_keeper& operator=(const core_keeper&) = delete;
+
+ private:
+  core_keeper() = default;
+  void watch_loop();
+  void hold(const std::filesystem::path& file);
+
+  struct watched {
+    int wd;
+    std::filesystem::path dir;
+    std::string name;
+  };
+  struct entry {
+    held_core core;
+    std::chrono::steady_clock::time_point since;
+  };
+
+  std::mutex mu_;
+  int inotify_fd_ = -1;
+  std::vector<watched> watched_;
+  std::vector<entry> held_;
+};
+
+}  // namespace faultline::harness
