@@ -41,8 +41,10 @@ of harness/testdata/race, some of them writing at exit (--exit-stderr, --exit-pr
 --exit-flood), and one fixed (--drain). Failure = any exit status but 0 (bare; a run past
 --timeout is killed and fails) or any outcome but pass (faultline). The JSON has
 {"jobs", "reference", "modes", "rows": [{"program", "mode", "jobs", "failures", "runs", "rate",
-"lower95", "upper95", "inside_reference_interval"}]} (the interval field is null for the reference
-and amplified). Standard library only.
+"lower95", "upper95", "inside_reference_interval", "crashes", "named_crashes"}]} (the interval
+field is null for the reference and amplified; the crash counts null for bare modes: a crash is
+named when its signature holds frames, not the signal alone, i.e. its core was read). Standard
+library only.
 """
 import argparse
 import json
@@ -154,7 +156,19 @@ def run_faultline(faultline, argv, jobs, timeout, seed, extra, workdir, cwd, env
         sys.exit(f"fidelity: faultline failed ({r.returncode}): {shlex.join(cmd)}")
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     runs = summary["runs"]
-    return runs - summary["outcomes"].get("pass", 0), runs
+    return runs - summary["outcomes"].get("pass", 0), runs, crash_names(summary)
+
+
+def crash_names(summary):
+    """(crashes, crashes whose signature names frames): a signature of the signal alone
+    ("SIGABRT") means the crash's stack could not be read (its core was lost)."""
+    crashes = named = 0
+    for s in summary.get("signatures", []):
+        if s.get("outcome") != "crash":
+            continue
+        crashes += s["count"]
+        named += s["count"] if ": " in s["signature"] else 0
+    return crashes, named
 
 
 def main():
@@ -196,6 +210,7 @@ def main():
         for program in a.program or DEFAULT_PROGRAMS:
             argv = resolve(a.build, program)
             counts = {m: [0, 0] for m in modes}
+            names = {m: [0, 0] for m in modes}  # harness modes: crashes, crashes named by frames
             started = time.time()
             rounds = (a.runs + a.jobs - 1) // a.jobs
             order = list(modes)
@@ -206,8 +221,10 @@ def main():
                     if m in BARE_MODES:
                         k, n = run_bare(argv, a.jobs, a.timeout, m, work, cwd)
                     else:
-                        k, n = run_faultline(faultline, argv, a.jobs, a.timeout, r + 1, HARNESS_EXTRAS[m], work, cwd,
-                                                 HARNESS_ENV.get(m))
+                        k, n, (c, named) = run_faultline(faultline, argv, a.jobs, a.timeout, r + 1, HARNESS_EXTRAS[m],
+                                                         work, cwd, HARNESS_ENV.get(m))
+                        names[m][0] += c
+                        names[m][1] += named
                     counts[m][0] += k
                     counts[m][1] += n
                 if sys.stderr.isatty():
@@ -220,16 +237,20 @@ def main():
                 judged = ref_ci is not None and m not in (a.reference, "amplified")
                 inside = (ref_ci[0] <= k / n <= ref_ci[1]) if judged else None
                 rows.append({"program": program, "mode": m, "jobs": a.jobs, "failures": k, "runs": n,
-                             "rate": k / n, "lower95": lo, "upper95": hi, "inside_reference_interval": inside})
+                             "rate": k / n, "lower95": lo, "upper95": hi, "inside_reference_interval": inside,
+                             "crashes": names[m][0] if m not in BARE_MODES else None,
+                             "named_crashes": names[m][1] if m not in BARE_MODES else None})
 
     w = max([len("program")] + [len(r["program"]) for r in rows])
-    print(f"\n{'program':{w}} {'mode':11} {'failures':>10} {'rate':>7}   95% CI           faithful (vs {a.reference})")
+    print(f"\n{'program':{w}} {'mode':11} {'failures':>10} {'rate':>7}   95% CI           faithful (vs {a.reference})"
+          "   crashes named by frames")
     for row in rows:
         verdict = {None: "", True: "yes", False: "NO"}[row["inside_reference_interval"]]
         if verdict and row["mode"] in BARE_MODES:
             verdict = {"yes": "(inside)", "NO": "(outside)"}[verdict]  # information, not a verdict
         print(f"{row['program']:{w}} {row['mode']:11} {row['failures']:>4}/{row['runs']:<5} "
-              f"{100 * row['rate']:6.1f}%   {100 * row['lower95']:5.1f}% - {100 * row['upper95']:5.1f}%   {verdict}")
+              f"{100 * row['rate']:6.1f}%   {100 * row['lower95']:5.1f}% - {100 * row['upper95']:5.1f}%   {verdict:9}"
+              + (f"   {row['named_crashes']}/{row['crashes']}" if row["crashes"] else ""))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"jobs": a.jobs, "reference": a.reference, "modes": modes, "rows": rows}, f, indent=1)
