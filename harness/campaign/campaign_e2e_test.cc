@@ -223,8 +223,8 @@ TEST_F(campaign_e2e, without_slots_the_probe_sees_runs_past_jobs) {
 // Where core_pattern is "core" (this machine, many containers, the H100 of the GPU record), runs
 // of one directory that crash together replace each other's core while it is being written; the
 // keeper holds each core open as it appears (harness/run/core_keeper.h), so every crash keeps its
-// stack and its name. Eight runs with 128 MiB cores crash 15 ms apart at one moment: without the
-// keeper one or two of them were named (the last cores to be written), with it all eight.
+// stack and its name. Four runs with 192 MiB cores crash 100 ms apart, each while the one before
+// is still being dumped: without the keeper only the last was named (1 of 4), with it all four.
 TEST_F(campaign_e2e, runs_crashing_together_in_one_directory_each_keep_their_core) {
   auto pattern = detail::read_file("/proc/sys/kernel/core_pattern", 256);
   auto uses_pid = detail::read_file("/proc/sys/kernel/core_uses_pid", 16);
@@ -234,22 +234,22 @@ TEST_F(campaign_e2e, runs_crashing_together_in_one_directory_each_keep_their_cor
   const fs::path cwd = dir_.path() / "work";
   fs::create_directories(cwd);
   const auto at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::system_clock::now().time_since_epoch() + std::chrono::milliseconds(2500))
+                         std::chrono::system_clock::now().time_since_epoch() + std::chrono::milliseconds(4000))
                          .count();
   auto r = run_tool({"/bin/sh", "-c",
                      "cd " + cwd.string() + " && exec " + (testing::bin_dir() / "faultline").string() +
-                         " exec --repeat 8 --jobs 8 --seed 0 --crash-capture core --out " + out().string() + " -- " +
-                         program("fl_testdata_crash_together").string() + " " + std::to_string(at_ms)},
+                         " exec --repeat 4 --jobs 4 --seed 0 --crash-capture core --out " + out().string() + " -- " +
+                         program("fl_testdata_crash_together").string() + " " + std::to_string(at_ms) + " 100"},
                     std::chrono::seconds(120), current_environment(), true);
   ASSERT_TRUE(r) << r.error().message();
   const auto records = results(out());
-  ASSERT_EQ(records.size(), 8u) << r->errors;
+  ASSERT_EQ(records.size(), 4u) << r->errors;
   int named = 0;
   for (const auto& rec : records) {
     EXPECT_EQ(rec.result, outcome::crash) << rec.run_id;
     if (rec.signature.find("crash_together_frame") != std::string::npos) ++named;
   }
-  EXPECT_EQ(named, 8) << r->errors;
+  EXPECT_EQ(named, 4) << r->errors;
   EXPECT_FALSE(fs::exists(cwd / "core")) << "a run's core was left in the directory";
 }
 

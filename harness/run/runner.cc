@@ -225,7 +225,8 @@ run_report run_once(const run_request& rq) {
   crash_channel channel;
   const crash_capture capture = get_env(env, agent::crash_mode_env) ? crash_capture::none : resolve_crash_capture(rq.crash, nullptr, run_cwd);
   // Where every core of the run's directory gets one name, hold each new one open (core_keeper.h).
-  if (capture == crash_capture::core) (void)keep_cores_apart(run_cwd);
+  // A run in its own directory (a scenario) has that name to itself.
+  if (capture == crash_capture::core && !rq.in_run_dir) (void)keep_cores_apart(run_cwd);
   if (!get_env(env, agent::crash_mode_env)) {
     switch (capture) {
       case crash_capture::outside: {
