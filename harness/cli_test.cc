@@ -3,8 +3,12 @@
 #include "harness/cli.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 namespace faultline::harness {
@@ -108,7 +112,25 @@ TEST(cli, rejects_an_unknown_keep_policy) {
   expect_usage_error({"exec", "--keep", "some", "--", "true"}, "--keep 'some': expected failures, all or none");
 }
 
-TEST(cli, resume_is_for_run_and_exec_only) { expect_usage_error({"verify", "--resume"}, "--resume"); }
+TEST(cli, resume_and_replace_exclude_each_other) {
+  expect_usage_error({"exec", "--resume", "--replace", "--out", "/nonexistent/faultline-cli-test", "--", "true"},
+                     "--resume and --replace exclude each other");
+}
+
+// `faultline exec -- ./nonexistent` used to record every run as an error and exit 1.
+TEST(cli, exec_refuses_a_program_that_cannot_be_run_before_run_one) {
+  const auto out = std::filesystem::temp_directory_path() / ("faultline-cli-test-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(out);
+  expect_usage_error({"exec", "--out", out.string(), "--", "./nonexistent"}, "./nonexistent: no such file");
+  expect_usage_error({"exec", "--out", out.string(), "--", "fl-no-such-program"}, "fl-no-such-program: not found in PATH");
+  expect_usage_error({"exec", "--out", out.string(), "--", "/"}, "/: not a program (a directory)");
+  const auto plain = std::filesystem::temp_directory_path() / ("faultline-cli-test-plain-" + std::to_string(::getpid()));
+  std::ofstream(plain) << "#!/bin/sh\n";
+  ::chmod(plain.c_str(), 0644);
+  expect_usage_error({"exec", "--out", out.string(), "--", plain.string()}, plain.string() + ": not executable");
+  std::filesystem::remove(plain);
+  EXPECT_FALSE(std::filesystem::exists(out)) << "a refused command created its --out";
+}
 
 TEST(cli, rejects_unknown_options) { expect_usage_error({"run", "--all", "--frobnicate"}, "--frobnicate"); }
 
