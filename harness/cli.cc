@@ -22,6 +22,7 @@
 #include "harness/cores_cli.h"
 #include "harness/detail/sys.h"
 #include "harness/region_cli.h"
+#include "harness/version.h"
 #include "harness/results/summary.h"
 #include "harness/run/containment.h"
 #include "harness/run/core_dump.h"
@@ -88,11 +89,13 @@ $FAULTLINE_SCENARIOS). SCENARIO may be a shell pattern ("exit/*"). Each scenario
 the default per-run timeout.)";
 
 constexpr const char* exec_about = R"(Run a command repeatedly:  faultline exec [OPTIONS] -- CMD [ARGS...]
-The in-process agent (BUILD/lib/libfaultline_agent.so, beside the faultline binary) is preloaded so
-that crashes leave a backtrace and exit-time failures are told from work-time ones; gtest programs
-are asked for an XML report. Default per-run timeout: 10m.
+The command must exist and be executable (searched in PATH without a '/'), else nothing runs
+(exit status 2). The in-process agent (BUILD/lib/libfaultline_agent.so, beside the faultline
+binary) is preloaded so that exit-time failures are told from work-time ones and the agent's fault
+points work; it installs no crash handler by default (crash stacks come from core dumps, see
+--crash-capture); gtest programs are asked for an XML report. Default per-run timeout: 10m.
 The agent's own fault points, for any program: exit/start and exit/end (off, delay, abort, kill,
-print) and cuda/<API> before a CUDA driver call (cuda/cuMemFree_v2, cuda/cuMem*: also
+print, stop) and cuda/<API> before a CUDA driver call (cuda/cuMemFree_v2, cuda/cuMem*: also
 fail(CUDA_ERROR_...) -- the call is not made -- and teardown(device)) or runtime call
 (cuda/cudaEventSynchronize: through CUPTI, no fail); process/start before main in every new
 process, spawn/parent before fork/vfork/clone/exec/posix_spawn (also fail(ERRNO)), both with an
@@ -110,8 +113,9 @@ detected (any outcome but pass) at least at the scenario's required rate. Prints
 status 0 only when every row is OK.)";
 
 constexpr const char* soak_about = R"(Soak scenarios for a time budget:  faultline soak [SCENARIO...] --budget 8h [--out DIR] [--resume]
-The scenarios (default: all) run in rotation, run k with seed S+k/N and a fault spec drawn from its
-scenario's fault space (`faultline list --json` shows them), so every failure replays with the
+The scenarios (default: all) run in rotation: run k is scenario (k / n) mod N of the N scenarios
+(n: the shard count, 1 unsharded), with seed S+k and a fault spec drawn from its scenario's fault
+space (`faultline list --json` shows them), so every failure replays with the
 `faultline run` line printed for it. Between runs the soak checks for processes, shared memory and
 descriptors of the harness itself that the runs left behind. OUT/soak.json and OUT/report.html /
 OUT/report.md are rewritten every --report-every while it runs; OUT/results.jsonl has one line per
@@ -836,6 +840,7 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   CLI::App app{about, "faultline"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");
+  app.set_version_flag("--version", version_line(), "print the version and the commit faultline was built from");
 
   bool list_json = false;
   auto* list = app.add_subcommand("list", "list the scenarios of the scenario binary");
@@ -961,6 +966,8 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e, ctx.out, ctx.err);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e, ctx.out, ctx.err);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e, ctx.out, ctx.err);
   } catch (const CLI::ParseError& e) {
     ctx.err << "faultline: error: " << e.what() << "\nRun 'faultline --help' for usage.\n";

@@ -358,7 +358,7 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
                                             std::to_string(seed) + " faults " + in_quotes(faults));
       const std::uint64_t bit = r.run / o.part.count;
       if (bit >= recorded.size()) recorded.resize(bit + 1, false);
-      if (recorded[bit]) return {};  // recorded twice (an append without --resume): counted once
+      if (recorded[bit]) return {};  // recorded twice (a results file put together by hand): counted once
       recorded[bit] = true;
       ++result.resumed;
       summary.add(r);
