@@ -147,7 +147,8 @@ core::status check_manifest(const fs::path& out_dir, const campaign_manifest& wa
 // The files a campaign or a soak writes into its output directory (soak.h names the soak's).
 constexpr const char* soak_files[] = {"soak.json", "soak.json.tmp", "report.html", "report.md"};
 
-core::status choice_status(const fs::path& out_dir, const recorded_campaign& was, bool resume, bool replace) {
+// `was` may come without its runs counted: they are counted here when the refusal names them.
+core::status choice_status(const fs::path& out_dir, recorded_campaign was, bool resume, bool replace) {
   if (resume && replace)
     return core::status(core::errc::invalid_argument, "--resume and --replace exclude each other: --resume continues the campaign in " +
                                                           out_dir.string() + ", --replace starts a new one there");
@@ -155,9 +156,16 @@ core::status choice_status(const fs::path& out_dir, const recorded_campaign& was
     return core::status(core::errc::invalid_argument, "--resume: " + out_dir.string() +
                                                           " holds no campaign or soak to continue (no results.jsonl, campaign.json or "
                                                           "soak.json); leave --resume out to start one there");
-  if (!resume && !replace && was.any())
+  if (!resume && !replace && was.any()) {
+    if (was.results && was.runs == 0) {
+      auto counted = find_recorded_campaign(out_dir);
+      if (!counted) return counted.error();
+      was.runs = counted->runs;
+      was.names = std::move(counted->names);
+    }
     return core::status(core::errc::already_exists,
                         out_dir.string() + " holds " + was.describe() + "; --resume continues it, --replace starts a new one");
+  }
   return {};
 }
 
@@ -173,14 +181,14 @@ std::string recorded_campaign::describe() const {
   return text + ")";
 }
 
-core::result<recorded_campaign> find_recorded_campaign(const fs::path& out_dir) {
+core::result<recorded_campaign> find_recorded_campaign(const fs::path& out_dir, bool count_runs) {
   recorded_campaign r;
   std::error_code ec;
   r.manifest = fs::exists(out_dir / manifest_file, ec);
   r.soak = fs::exists(out_dir / soak_files[0], ec);
   const fs::path results = out_dir / "results.jsonl";
   r.results = fs::exists(results, ec);
-  if (!r.results) return r;
+  if (!r.results || !count_runs) return r;
   // Line by line, tolerant: a torn or malformed line still counts as a run recorded (what it is
   // is resume's business); only the names of well-formed lines are collected.
   std::ifstream in(results, std::ios::binary);
@@ -201,7 +209,7 @@ core::result<recorded_campaign> find_recorded_campaign(const fs::path& out_dir) 
 }
 
 core::status check_out_dir_choice(const fs::path& out_dir, bool resume, bool replace) {
-  auto was = find_recorded_campaign(out_dir);
+  auto was = find_recorded_campaign(out_dir, false);
   if (!was) return was.error();
   return choice_status(out_dir, *was, resume, replace);
 }
@@ -291,7 +299,7 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
     // An earlier campaign in out_dir is continued (resume) or replaced (replace) only when asked:
     // a mistyped command must not cost a campaign. A soak's state alone is the soak's own, written
     // just before it starts this campaign (run_soak checked the user's choice itself).
-    auto was = find_recorded_campaign(o.out_dir);
+    auto was = find_recorded_campaign(o.out_dir, false);
     if (!was) return was.error();
     was->soak = false;
     if (auto s = choice_status(o.out_dir, *was, o.resume, o.replace); !s) return s;

@@ -196,8 +196,10 @@ struct recorded_campaign {
 };
 
 /// What `out_dir` holds of an earlier campaign; reads only (a missing directory holds nothing).
-/// Errors: io_error when results.jsonl exists but cannot be read.
-core::result<recorded_campaign> find_recorded_campaign(const std::filesystem::path& out_dir);
+/// Without `count_runs` only which files are there (runs and names stay empty): results.jsonl is
+/// not read, which for a soak of a million runs is a pass over every line. Errors: io_error when
+/// results.jsonl exists but cannot be read.
+core::result<recorded_campaign> find_recorded_campaign(const std::filesystem::path& out_dir, bool count_runs = true);
 
 /// Whether a campaign may start in `out_dir` with this choice: `resume` needs something there to
 /// continue; without `resume` or `replace` a campaign (or soak) there is refused, naming it, so

@@ -249,7 +249,7 @@ core::result<soak_result> run_soak(const soak_options& o) {
   if (!out_lock) return out_lock.error();
 
   std::error_code ec;
-  auto recorded = find_recorded_campaign(o.out_dir);
+  auto recorded = find_recorded_campaign(o.out_dir, false);
   if (!recorded) return recorded.error();
   if (auto s = check_out_dir_choice(o.out_dir, o.resume, o.replace); !s) return s;
   soak_state state;
