@@ -149,7 +149,7 @@ def run_bare(argv, jobs, timeout, mode, workdir, cwd):
 def run_faultline(faultline, argv, jobs, timeout, seed, extra, workdir, cwd, env=None):
     out = os.path.join(workdir, "out")
     cmd = [faultline, "exec", "--repeat", str(jobs), "--jobs", str(jobs), "--seed", str(seed),
-           "--timeout", f"{timeout}s", "--out", out, "--json"] + extra + ["--"] + argv
+           "--timeout", f"{timeout}s", "--out", out, "--replace", "--json"] + extra + ["--"] + argv
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=cwd,
                        env=dict(os.environ, **env) if env else None)
     if r.returncode not in (0, 1):

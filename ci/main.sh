@@ -18,10 +18,10 @@ echo 0 > "$status_file"
 {
   status=0
   build/bin/faultline run --all --repeat "${FAULTLINE_REPEAT:-100}" --jobs "$(nproc)" --seed 1 \
-    --target-rate 0.01 --out "$out/run" || status=$?
+    --target-rate 0.01 --out "$out/run" --replace || status=$?
   echo
   build/bin/faultline verify --repeat "${FAULTLINE_VERIFY_REPEAT:-20}" --jobs "$(nproc)" --seed 1 \
-    --out "$out/verify" || status=$?
+    --out "$out/verify" --replace || status=$?
   echo
   build/bin/faultline report "$out/run" "$out/verify" \
     --html "$out/report.html" --markdown "$out/summary.md" --junit "$out/junit.xml" || status=$?

@@ -112,7 +112,7 @@ def main():
             "loop": (["sh", "-c", loop, "loop", program, str(per_loop), str(a.jobs), os.path.join(work, "loop-failed")], None),
             "ctest": (["ctest", "--repeat", f"until-fail:{per_loop}", "-j", str(a.jobs), "-Q"], ctest_dir),
             "faultline": ([os.path.abspath(faultline), "exec", "--repeat", str(a.runs), "--jobs", str(a.jobs), "--seed", "1",
-                           "--out", os.path.join(work, "fl-out")] + shlex.split(a.faultline_args) + ["--", program], None),
+                           "--out", os.path.join(work, "fl-out"), "--replace"] + shlex.split(a.faultline_args) + ["--", program], None),
         }
         for name, spec in variants.items():
             cmd = list(commands["faultline"][0])

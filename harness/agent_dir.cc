@@ -43,7 +43,8 @@ program frames, as `faultline exec` names a crash), the CUDA calls made after th
 a warning for those none reached. These processes were not started by faultline: there is no exit
 status, a process killed by a signal without a handler (SIGKILL, or a crash with
 FAULTLINE_AGENT_CRASH=off) leaves no report.
-Exit status: 0 nothing found, 1 a crash or a late CUDA call, 2 bad input.)";
+Exit status: 0 nothing found, 1 a crash or a late CUDA call, 2 bad input (no such directory, or
+one that holds no agent records: no process carrying the agent wrote there).)";
 
 // Files an agent or agent-env writes in a run directory (protocol.h, phase_table.h).
 bool is_agent_file(const std::string& name) {
@@ -307,6 +308,18 @@ int agent_report_command(const agent_report_options& o, std::ostream& out, std::
   auto f = read_agent_dir(o.run_dir);
   if (!f) {
     err << "faultline: error: " << f.error().message() << "\n";
+    return exit_usage;
+  }
+  // "0 crashes" of a directory no process wrote into would read as a clean bill of health.
+  if (f->processes == 0 && f->crashes.empty() && f->late_cuda.empty() && f->points_reached.empty()) {
+    std::error_code ec;
+    if (fs::exists(fs::path(o.run_dir) / agent_env_file, ec))
+      err << "faultline: error: " << o.run_dir
+          << ": no process carried the agent into it (agent-env prepared it, but no process started with its "
+             "variables has written there): nothing to report\n";
+    else
+      err << "faultline: error: " << o.run_dir
+          << " holds no agent records (empty, or not a directory made by agent-env --run-dir): nothing to report\n";
     return exit_usage;
   }
   if (o.json) {

@@ -23,7 +23,8 @@
 // processes reached (points.PID) or, when DIR/agent-env.json names the spec, never reached.
 //
 // Exit status: agent-env 0, or 2 for bad input (nothing created); agent-report 0 when no crash and
-// no late CUDA call was found, 1 when one was, 2 for bad input (no such directory).
+// no late CUDA call was found, 1 when one was, 2 for bad input (no such directory, or one holding
+// no agent records: no process marked, crashed, called late or reached a point there).
 //
 // Thread safety: plain functions over files; reading a directory runs addr2line.
 #pragma once

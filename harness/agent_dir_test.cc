@@ -241,6 +241,26 @@ TEST_F(agent_dir, report_exits_zero_for_nothing_one_for_a_finding_two_for_a_miss
   EXPECT_NE(missing.err.find("nowhere: no such directory"), std::string::npos) << missing.err;
 }
 
+// "0 crashes" of a directory no agent-carrying process wrote into would be a false all-clear.
+TEST_F(agent_dir, report_of_a_directory_holding_no_agent_records_is_an_error) {
+  auto empty = cli({"agent-report", path().string()});
+  EXPECT_EQ(empty.status, exit_usage) << empty.out;
+  EXPECT_NE(empty.err.find(path().string() + " holds no agent records"), std::string::npos) << empty.err;
+  EXPECT_EQ(empty.out.find("0 crashes"), std::string::npos) << empty.out;
+
+  write("notes.txt", "not the agent's\n");
+  auto other = cli({"agent-report", path().string(), "--json"});
+  EXPECT_EQ(other.status, exit_usage) << other.out;
+  EXPECT_TRUE(other.out.empty()) << other.out;
+
+  // Prepared by agent-env, but no process started with its variables yet.
+  const fs::path prepared = path() / "prepared";
+  ASSERT_EQ(cli({"agent-env", "--run-dir", prepared.string()}).status, exit_ok);
+  auto unused = cli({"agent-report", prepared.string()});
+  EXPECT_EQ(unused.status, exit_usage) << unused.out;
+  EXPECT_NE(unused.err.find("no process carried the agent into it"), std::string::npos) << unused.err;
+}
+
 TEST_F(agent_dir, report_json_has_every_finding) {
   write("crash.1234", crash_text);
   write("phase.1234", "run\n");

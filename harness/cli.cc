@@ -22,6 +22,7 @@
 #include "harness/cores_cli.h"
 #include "harness/detail/sys.h"
 #include "harness/region_cli.h"
+#include "harness/version.h"
 #include "harness/results/summary.h"
 #include "harness/run/containment.h"
 #include "harness/run/core_dump.h"
@@ -58,8 +59,10 @@ subreaper, so nothing the run forks escapes. A run that hangs has the stacks of 
 its tree captured (gdb, else eu-stack, else the harness's own libdwfl reader) before the tree is terminated
 (SIGTERM, grace period, SIGKILL) and reaped. Each run is classified as pass, fail, crash, hang,
 leak or error, with a phase (run: during the work; exit: at process exit) and a signature that
-groups failures with the same cause. Every run appends one JSON line to OUT/results.jsonl (an
-existing file is appended to). A run that did not pass keeps its output in OUT/logs/RUN.log and its
+groups failures with the same cause. Every run appends one JSON line to OUT/results.jsonl as it
+ends. An --out that already holds a campaign (or soak) is never replaced unasked: --resume
+continues it, --replace starts a new one there, and without either the command is refused (exit
+status 2) naming what is there. A run that did not pass keeps its output in OUT/logs/RUN.log and its
 files (crash reports, stacks) in OUT/runs/RUN/; a passing run keeps them only while it is among the
 first 3 passes of its scenario or command (--keep), so a soak of a million passing runs stays small.
 OUT/campaign.json records the options that number the runs, for --resume.
@@ -86,11 +89,13 @@ $FAULTLINE_SCENARIOS). SCENARIO may be a shell pattern ("exit/*"). Each scenario
 the default per-run timeout.)";
 
 constexpr const char* exec_about = R"(Run a command repeatedly:  faultline exec [OPTIONS] -- CMD [ARGS...]
-The in-process agent (BUILD/lib/libfaultline_agent.so, beside the faultline binary) is preloaded so
-that crashes leave a backtrace and exit-time failures are told from work-time ones; gtest programs
-are asked for an XML report. Default per-run timeout: 10m.
+The command must exist and be executable (searched in PATH without a '/'), else nothing runs
+(exit status 2). The in-process agent (BUILD/lib/libfaultline_agent.so, beside the faultline
+binary) is preloaded so that exit-time failures are told from work-time ones and the agent's fault
+points work; it installs no crash handler by default (crash stacks come from core dumps, see
+--crash-capture); gtest programs are asked for an XML report. Default per-run timeout: 10m.
 The agent's own fault points, for any program: exit/start and exit/end (off, delay, abort, kill,
-print) and cuda/<API> before a CUDA driver call (cuda/cuMemFree_v2, cuda/cuMem*: also
+print, stop) and cuda/<API> before a CUDA driver call (cuda/cuMemFree_v2, cuda/cuMem*: also
 fail(CUDA_ERROR_...) -- the call is not made -- and teardown(device)) or runtime call
 (cuda/cudaEventSynchronize: through CUPTI, no fail); process/start before main in every new
 process, spawn/parent before fork/vfork/clone/exec/posix_spawn (also fail(ERRNO)), both with an
@@ -108,14 +113,16 @@ detected (any outcome but pass) at least at the scenario's required rate. Prints
 status 0 only when every row is OK.)";
 
 constexpr const char* soak_about = R"(Soak scenarios for a time budget:  faultline soak [SCENARIO...] --budget 8h [--out DIR] [--resume]
-The scenarios (default: all) run in rotation, run k with seed S+k/N and a fault spec drawn from its
-scenario's fault space (`faultline list --json` shows them), so every failure replays with the
+The scenarios (default: all) run in rotation: run k is scenario (k / n) mod N of the N scenarios
+(n: the shard count, 1 unsharded), with seed S+k and a fault spec drawn from its scenario's fault
+space (`faultline list --json` shows them), so every failure replays with the
 `faultline run` line printed for it. Between runs the soak checks for processes, shared memory and
 descriptors of the harness itself that the runs left behind. OUT/soak.json and OUT/report.html /
 OUT/report.md are rewritten every --report-every while it runs; OUT/results.jsonl has one line per
 run and, as with `run`, only failing runs (and the first 3 passes of each scenario) keep files.
 Kill it at any moment and `--resume` continues with the rest of the budget: no finished run is
-lost and none is counted twice. A write that fails (a full disk) stops the soak with everything
+lost and none is counted twice. A soak or campaign already in --out is refused unless --resume
+continues it or --replace starts a new soak there. A write that fails (a full disk) stops the soak with everything
 recorded so far intact. Shards as `run` does (--shard, or the scheduler's variables).
 Exit status: 0 no run failed and the harness leaked nothing, 1 otherwise, 2 for usage or output
 errors, 130 when interrupted (resume it).)";
@@ -127,7 +134,8 @@ struct raw_args {
   std::string log_limit = "4MiB";
   std::string keep = "failures";
   std::string crash = "auto";
-  bool json = false, until_fail = false, no_stacks = false, all = false, no_preload = false, resume = false, late_cuda = false;
+  bool json = false, until_fail = false, no_stacks = false, all = false, no_preload = false, resume = false, replace = false,
+       late_cuda = false;
   std::uint64_t slots = 1;
   std::vector<std::string> env, names;
   double target_rate = 0;
@@ -156,6 +164,7 @@ struct settings {
   bool until_fail = false;
   keep_policy keep = keep_policy::failures;
   bool resume = false;
+  bool replace = false;
   bool seed_given = false;    // --seed was on the command line
   bool repeat_given = false;  // --repeat was on the command line
 };
@@ -187,6 +196,18 @@ std::uint64_t parse_log_limit(const std::string& text) {
   return bytes;
 }
 
+// What to do with a campaign already in --out: without one of these it is refused (campaign.h).
+void add_out_choice(CLI::App* sub, bool& resume, bool& replace, const std::string& what) {
+  sub->add_flag("--resume", resume,
+                what == "soak" ? "continue the soak in --out with what is left of its budget (--out must hold one)"
+                               : "continue the campaign in --out (it must hold one): runs already in its results.jsonl are "
+                                 "counted, not run again (--seed and --repeat default to the campaign's; other options that "
+                                 "number the runs must match)");
+  sub->add_flag("--replace", replace,
+                "start a new " + what + " in --out even though it holds one, removing that one's results, logs and run "
+                "directories (without --resume or --replace, an --out holding a campaign or soak is refused)");
+}
+
 void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
   a.repeat_opt = sub->add_option("--repeat,-n", a.repeat, "runs of each scenario or command (default 1; verify: 50; with --until-fail: 10000)")
                      ->check(positive_count);
@@ -216,10 +237,8 @@ void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
   if (with_faults) {
     sub->add_option("--faults", a.faults, "fault spec given to every run as FAULTLINE_FAULTS");
     sub->add_flag("--until-fail", a.until_fail, "stop starting runs after the first failure");
-    sub->add_flag("--resume", a.resume,
-                  "continue the campaign in --out: runs already in its results.jsonl are counted, not run again "
-                  "(--seed and --repeat default to the campaign's; other options that number the runs must match)");
   }
+  add_out_choice(sub, a.resume, a.replace, "campaign");
 }
 
 // The shard: --shard i/n, else the scheduler's variables, else the whole campaign.
@@ -277,6 +296,7 @@ settings resolve(const raw_args& a, std::uint64_t default_repeat) {
   if (!keep) throw usage_error{"--keep '" + a.keep + "': expected failures, all or none"};
   s.keep = *keep;
   s.resume = a.resume;
+  s.replace = a.replace;
   s.seed_given = !a.seed.empty();
   s.repeat_given = a.repeat_opt->count() > 0;
   if (!a.seed.empty()) {
@@ -347,6 +367,29 @@ struct painter {
   std::string green(const std::string& s) const { return on ? "\033[32m" + s + "\033[0m" : s; }
 };
 
+// Takes the hold of --out that a campaign needs, once it is known that a campaign may start there
+// (check_out_dir_choice): nothing in OUT is created or changed before that, except for the lock
+// itself, which is taken first when OUT holds a campaign, so that a live one is named as busy.
+// Prints why and returns nullopt when it may not.
+std::optional<out_dir_lock> hold_out_dir(const fs::path& out, bool resume, bool replace, cli_context& ctx) {
+  auto choice = check_out_dir_choice(out, resume, replace);
+  if (!choice && choice.code() != core::errc::already_exists) {
+    ctx.err << "faultline: error: " << choice.message() << "\n";
+    return std::nullopt;
+  }
+  auto lock = out_dir_lock::acquire(out);
+  if (!lock) {
+    ctx.err << "faultline: error: " << lock.error().message() << "\n";
+    return std::nullopt;
+  }
+  if (choice) choice = check_out_dir_choice(out, resume, replace);  // what a campaign that just ended left
+  if (!choice) {
+    ctx.err << "faultline: error: " << choice.message() << "\n";
+    return std::nullopt;
+  }
+  return std::move(*lock);
+}
+
 // Runs the campaign, warning about anything the final sweep had to clean up. Returns the
 // campaign result, or nullopt after printing why it could not run.
 std::optional<campaign_result> perform(const std::vector<variant>& variants, settings& s, cli_context& ctx) {
@@ -368,13 +411,12 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
   o.cancel = ctx.cancel;
   o.keep = s.keep;
   o.resume = s.resume;
+  o.replace = s.replace;
   o.warn = [&ctx](const std::string& text) { ctx.err << "faultline: warning: " << text << "\n"; };
-  // Refused before any header line when another campaign holds the directory.
-  auto lock = out_dir_lock::acquire(s.out);
-  if (!lock) {
-    ctx.err << "faultline: error: " << lock.error().message() << "\n";
-    return std::nullopt;
-  }
+  // Refused before any header line when another campaign holds the directory, or when it holds
+  // one and neither --resume nor --replace says what to do with it.
+  auto lock = hold_out_dir(s.out, s.resume, s.replace, ctx);
+  if (!lock) return std::nullopt;
   o.out_lock = &*lock;
   ctx.err << "faultline: " << (s.resume ? "resuming, " : "") << "seed " << s.seed << ", " << s.repeat
           << (s.repeat == 1 ? " run" : " runs") << " of "
@@ -556,6 +598,8 @@ int cmd_exec(const raw_args& a, std::vector<std::string> cmd, cli_context& ctx) 
   if (!cmd.empty() && cmd.front() == "--") cmd.erase(cmd.begin());
   if (cmd.empty()) throw usage_error{"no command: faultline exec [OPTIONS] -- CMD [ARGS...]"};
   settings s = resolve(a, 1);
+  // A program that cannot be started would make every run an `error`: refused before run 1.
+  if (auto found = find_program(cmd[0]); !found) throw usage_error{"the command cannot be run: " + found.error().message()};
   adopt_resumed_options(s);
   variant v;
   v.name = fs::path(cmd[0]).filename().string();
@@ -592,7 +636,7 @@ struct soak_args {
   std::uint64_t jobs = 1;
   std::string log_limit = "4MiB";
   double timeout_scale = 1.0;
-  bool resume = false, json = false, no_stacks = false;
+  bool resume = false, replace = false, json = false, no_stacks = false;
   std::vector<std::string> env;
 };
 
@@ -633,6 +677,7 @@ int cmd_soak(const soak_args& a, cli_context& ctx) {
   o.part = sharding.part;
   o.out_dir = a.out;
   o.resume = a.resume;
+  o.replace = a.replace;
   o.env = run_environment(a.env, sharding);
   auto chosen = catalog_for(a.names, a.names.empty());
   if (!chosen) throw usage_error{chosen.error().message()};
@@ -653,6 +698,12 @@ int cmd_soak(const soak_args& a, cli_context& ctx) {
     return reports::report_command(r, out, err);
   };
 
+  {
+    // Refused before anything in OUT changes: a live campaign there (busy), then a soak or
+    // campaign there that neither --resume nor --replace was given for. run_soak checks both
+    // again under its own hold of OUT.
+    if (!hold_out_dir(o.out_dir, o.resume, o.replace, ctx)) return exit_usage;
+  }
   std::error_code ec;
   fs::create_directories(o.out_dir / "runs", ec);  // where the runs' cores land
   std::string why;
@@ -701,6 +752,7 @@ int cmd_soak(const soak_args& a, cli_context& ctx) {
 
 int cmd_verify(const raw_args& a, cli_context& ctx) {
   settings s = resolve(a, 50);
+  adopt_resumed_options(s);
   auto chosen = catalog_for(a.names, a.names.empty());
   if (!chosen) throw usage_error{chosen.error().message()};
   const std::string bin = scenario_binary().string();
@@ -788,6 +840,7 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   CLI::App app{about, "faultline"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");
+  app.set_version_flag("--version", version_line(), "print the version and the commit faultline was built from");
 
   bool list_json = false;
   auto* list = app.add_subcommand("list", "list the scenarios of the scenario binary");
@@ -834,7 +887,7 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   soak->add_option("scenario", soak_a.names, "scenario names or patterns (default: all)");
   soak->add_option("--budget", soak_a.budget, "time to spend, across resumes, e.g. 8h, 30m")->required();
   soak->add_option("--out,-o", soak_a.out, "output directory (default faultline-soak)");
-  soak->add_flag("--resume", soak_a.resume, "continue the soak in --out with what is left of its budget");
+  add_out_choice(soak, soak_a.resume, soak_a.replace, "soak");
   soak->add_option("--jobs,-j", soak_a.jobs, "runs at once (default 1; at most 1024)")->check(positive_count);
   soak->add_option("--seed", soak_a.seed, "the soak's seed (default: from the clock, printed; a resume keeps its own)");
   soak->add_option("--shard", soak_a.shard, "perform only shard i of n (i/n): the runs k with k mod n == i");
@@ -913,6 +966,8 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e, ctx.out, ctx.err);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e, ctx.out, ctx.err);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e, ctx.out, ctx.err);
   } catch (const CLI::ParseError& e) {
     ctx.err << "faultline: error: " << e.what() << "\nRun 'faultline --help' for usage.\n";

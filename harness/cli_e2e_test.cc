@@ -200,7 +200,8 @@ TEST_F(cli_e2e, run_classifies_injected_crashes_and_hangs) {
   EXPECT_EQ(j["signatures"][0]["signature"].get<std::string>().rfind("SIGSEGV", 0), 0u);
   EXPECT_NE(j["repro"].get<std::string>().find("--faults fake/crash"), std::string::npos) << j["repro"];
 
-  auto hang = run_faultline({"run", "fake/behave", "--faults", "fake/hang=print", "--timeout", "1s", "--json", "--out", out()}, fake_env());
+  auto hang = run_faultline({"run", "fake/behave", "--faults", "fake/hang=print", "--timeout", "1s", "--json", "--out", out(), "--replace"},
+                            fake_env());
   EXPECT_EQ(hang.status, 1);
   auto h = json_lines(hang.out).at(0);
   EXPECT_EQ(h["outcomes"]["hang"], 1);
@@ -343,7 +344,7 @@ TEST_F(cli_e2e, verify_passes_when_clean_runs_pass_and_bugs_are_detected) {
   EXPECT_NE(r.out.find("bug/fake/skip-check"), std::string::npos);
   EXPECT_NE(r.out.find("all checks hold"), std::string::npos) << r.out;
 
-  auto j = run_faultline({"verify", "fake/counter", "--repeat", "3", "--json", "--out", out()}, fake_env());
+  auto j = run_faultline({"verify", "fake/counter", "--repeat", "3", "--json", "--out", out(), "--replace"}, fake_env());
   EXPECT_EQ(j.status, 0);
   auto rows = json_lines(j.out);
   ASSERT_EQ(rows.size(), 2u);
@@ -355,6 +356,17 @@ TEST_F(cli_e2e, verify_passes_when_clean_runs_pass_and_bugs_are_detected) {
   EXPECT_DOUBLE_EQ(rows[1]["rate"].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ(rows[1]["required_rate"].get<double>(), 0.95);
   EXPECT_EQ(rows[1]["ok"], true);
+
+  // verify continues its campaign with --resume (seed and repeat from it) and refuses a new one
+  // in the same --out without --replace.
+  auto resumed = run_faultline({"verify", "fake/counter", "--resume", "--out", out()}, fake_env());
+  EXPECT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("6 runs were already recorded, 0 performed now"), std::string::npos) << resumed.err;
+  auto refused = run_faultline({"verify", "fake/counter", "--repeat", "3", "--out", out()}, fake_env());
+  EXPECT_EQ(refused.status, 2) << refused.err;
+  EXPECT_NE(refused.err.find(" holds a campaign (6 runs recorded: 'fake/counter', 'fake/counter@bug/fake/skip-check')"),
+            std::string::npos)
+      << refused.err;
 }
 
 TEST_F(cli_e2e, verify_fails_when_a_bug_point_goes_undetected) {

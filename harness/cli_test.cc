@@ -1,11 +1,22 @@
 // The command line's error handling, in-process: every malformed argument is a usage error
-// (exit status 2) whose message names the problem, and --help prints the usage text.
+// (exit status 2) whose message names the problem, --help prints the usage text, --version the
+// version and commit, and README.md's "Command line" section names exactly the options that each
+// command's --help lists.
 #include "harness/cli.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
 #include <sstream>
+
+#include "harness/version.h"
 
 namespace faultline::harness {
 namespace {
@@ -108,7 +119,34 @@ TEST(cli, rejects_an_unknown_keep_policy) {
   expect_usage_error({"exec", "--keep", "some", "--", "true"}, "--keep 'some': expected failures, all or none");
 }
 
-TEST(cli, resume_is_for_run_and_exec_only) { expect_usage_error({"verify", "--resume"}, "--resume"); }
+TEST(cli, resume_and_replace_exclude_each_other) {
+  expect_usage_error({"exec", "--resume", "--replace", "--out", "/nonexistent/faultline-cli-test", "--", "true"},
+                     "--resume and --replace exclude each other");
+}
+
+// `faultline exec -- ./nonexistent` used to record every run as an error and exit 1.
+TEST(cli, exec_refuses_a_program_that_cannot_be_run_before_run_one) {
+  const auto out = std::filesystem::temp_directory_path() / ("faultline-cli-test-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(out);
+  expect_usage_error({"exec", "--out", out.string(), "--", "./nonexistent"}, "./nonexistent: no such file");
+  expect_usage_error({"exec", "--out", out.string(), "--", "fl-no-such-program"}, "fl-no-such-program: not found in PATH");
+  expect_usage_error({"exec", "--out", out.string(), "--", "/"}, "/: not a program (a directory)");
+  const auto plain = std::filesystem::temp_directory_path() / ("faultline-cli-test-plain-" + std::to_string(::getpid()));
+  std::ofstream(plain) << "#!/bin/sh\n";
+  ::chmod(plain.c_str(), 0644);
+  expect_usage_error({"exec", "--out", out.string(), "--", plain.string()}, plain.string() + ": not executable");
+  std::filesystem::remove(plain);
+  EXPECT_FALSE(std::filesystem::exists(out)) << "a refused command created its --out";
+}
+
+TEST(cli, version_prints_the_version_and_the_commit) {
+  auto r = cli({"--version"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, version_line() + "\n");
+  EXPECT_TRUE(std::regex_match(std::string(version()), std::regex(R"(\d+\.\d+\.\d+)"))) << version();
+  EXPECT_TRUE(std::regex_match(std::string(build_commit()), std::regex(R"([0-9a-f]{4,40}|unknown)"))) << build_commit();
+  EXPECT_NE(r.out.find("commit " + std::string(build_commit())), std::string::npos) << r.out;
+}
 
 TEST(cli, rejects_unknown_options) { expect_usage_error({"run", "--all", "--frobnicate"}, "--frobnicate"); }
 
@@ -135,6 +173,82 @@ TEST(cli, help_prints_the_usage_text) {
   EXPECT_EQ(sub.status, 0);
   EXPECT_NE(sub.out.find("--no-preload"), std::string::npos);
   EXPECT_NE(sub.out.find("--until-fail"), std::string::npos);
+}
+
+// The long options a command's --help lists (its "Options:" block), --help and --help-all aside.
+std::set<std::string> help_options(const std::vector<std::string>& command) {
+  std::vector<std::string> args = command;
+  args.push_back("--help");
+  auto r = cli(args);
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::set<std::string> options;
+  std::istringstream in(r.out);
+  std::string line;
+  bool in_options = false;
+  while (std::getline(in, line)) {
+    if (line == "Options:" || line == "OPTIONS:") {
+      in_options = true;
+      continue;
+    }
+    if (!in_options) continue;
+    if (line.empty()) break;
+    if (line.rfind("  -", 0) != 0) continue;  // a description's continuation
+    std::istringstream names(line.substr(2, line.find(' ', 2) - 2));
+    std::string name;
+    while (std::getline(names, name, ','))
+      if (name.rfind("--", 0) == 0 && name != "--help" && name != "--help-all") options.insert(name);
+  }
+  return options;
+}
+
+// README.md's "## Command line" section: for each command its `### ` headings name (`faultline
+// CMD`, or `faultline` alone for the top level), every --option their text mentions.
+std::map<std::string, std::set<std::string>> readme_options() {
+  std::ifstream in(std::filesystem::path(FAULTLINE_SOURCE_DIR) / "README.md");
+  EXPECT_TRUE(in) << "README.md";
+  std::map<std::string, std::set<std::string>> documented;
+  const std::regex command_re(R"(`faultline( [a-z][a-z-]*)?`)"), option_re(R"((--[a-z][a-z0-9-]*))");
+  std::vector<std::string> commands;
+  bool in_section = false;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("## ", 0) == 0) {
+      in_section = line == "## Command line";
+      commands.clear();
+      continue;
+    }
+    if (!in_section) continue;
+    if (line.rfind("### ", 0) == 0) {
+      commands.clear();
+      for (std::sregex_iterator it(line.begin(), line.end(), command_re), end; it != end; ++it) {
+        std::string c = (*it)[1].str();
+        commands.push_back(c.empty() ? "" : c.substr(1));
+        documented[commands.back()];
+      }
+      continue;
+    }
+    for (std::sregex_iterator it(line.begin(), line.end(), option_re), end; it != end; ++it)
+      for (const auto& c : commands) documented[c].insert((*it)[1].str());
+  }
+  return documented;
+}
+
+TEST(cli, readme_documents_every_option_of_every_command) {
+  const auto documented = readme_options();
+  const std::vector<std::string> commands = {"",       "list",  "run",  "exec",  "verify",    "soak",
+                                             "region", "report", "gate", "cores", "agent-env", "agent-report"};
+  for (const auto& c : commands) {
+    SCOPED_TRACE("faultline " + c);
+    auto doc = documented.find(c);
+    ASSERT_NE(doc, documented.end()) << "README's Command line section has no heading naming `faultline " << c << "`";
+    const auto help = help_options(c.empty() ? std::vector<std::string>{} : std::vector<std::string>{c});
+    EXPECT_FALSE(help.empty());
+    for (const auto& o : help) EXPECT_TRUE(doc->second.count(o)) << "--help lists " << o << ", README does not";
+    for (const auto& o : doc->second)
+      EXPECT_TRUE(help.count(o) || o == "--help" || o == "--help-all") << "README names " << o << ", --help does not";
+  }
+  for (const auto& [c, options] : documented)
+    EXPECT_NE(std::find(commands.begin(), commands.end(), c), commands.end()) << "README documents an unknown command " << c;
 }
 
 }  // namespace

@@ -40,7 +40,11 @@ if [ -n "$SCENARIOS" ]; then
   read -r -a names <<<"$SCENARIOS"
   args+=("${names[@]}")
 fi
-args+=(--budget "$BUDGET" --out "$OUT" --resume)
+args+=(--budget "$BUDGET" --out "$OUT")
+# A soak already in OUT (an earlier attempt, a requeued task, a replaced pod) is resumed; an OUT
+# without one gets a new soak (faultline refuses --resume with nothing to continue, and a new soak
+# in an OUT that holds something else).
+[ ! -f "$OUT/soak.json" ] || args+=(--resume)
 [ -z "$JOBS" ] || args+=(--jobs "$JOBS")
 [ -z "$REPORT_EVERY" ] || args+=(--report-every "$REPORT_EVERY")
 # A resume refuses another seed than the one its soak started with: after midnight, today's date is

@@ -22,7 +22,7 @@ probe() {  # probe SPEC STEP...
   for build in fl_cuda_points_probe fl_cuda_points_probe_shared; do
     n=$((n + 1))
     printf '\n=== %s %s: %s\n' "$build" "${spec:-(no point)}" "$*"
-    "$dest/bin/faultline" exec -n 1 --keep all -o "c$n" ${spec:+--faults "$spec"} -- "$dest/bin/$build" "$@" 2>&1 |
+    "$dest/bin/faultline" exec -n 1 --keep all -o "c$n" --replace ${spec:+--faults "$spec"} -- "$dest/bin/$build" "$@" 2>&1 |
       grep -E "runs,|never reached|SIG"
     cat "c$n"/logs/*.log 2>/dev/null | grep -E "rc=|reached|point on|ms="
   done

@@ -28,26 +28,26 @@ quiet() { grep -v '^faultline: \(seed\|containment\|crash capture\|[0-9]*/[0-9]*
 step() { printf '\n=== %s\n' "$*" | tee -a "$summary"; }
 
 step "exit/static-pool, bug/alloc/no-exit-guard: run --late-cuda"
-$fl run exit/static-pool --late-cuda -n "$repeat" -j "$jobs" -o sp-run --faults bug/alloc/no-exit-guard=print 2>&1 | quiet | tee -a "$summary"
+$fl run exit/static-pool --late-cuda -n "$repeat" -j "$jobs" -o sp-run --replace --faults bug/alloc/no-exit-guard=print 2>&1 | quiet | tee -a "$summary"
 step "exit/static-pool, bug/alloc/no-exit-guard: exec --late-cuda -- faultline-scenarios"
-$fl exec --late-cuda -n "$repeat" -j "$jobs" -o sp-exec --faults bug/alloc/no-exit-guard=print \
+$fl exec --late-cuda -n "$repeat" -j "$jobs" -o sp-exec --replace --faults bug/alloc/no-exit-guard=print \
   -- "$dest/bin/faultline-scenarios" run exit/static-pool 2>&1 | quiet | tee -a "$summary"
 step "every exit/ scenario, clean: run --late-cuda"
-$fl run 'exit/*' --late-cuda -n "$repeat" -j "$jobs" -o exit-clean 2>&1 | quiet | tee -a "$summary"
+$fl run 'exit/*' --late-cuda -n "$repeat" -j "$jobs" -o exit-clean --replace 2>&1 | quiet | tee -a "$summary"
 step "programs of the project's: exec --late-cuda"
 for p in "fl_cuda_points_probe alloc free event sync alloc" "fl_cuda_points_probe_shared alloc free event sync alloc" \
          "fl_cuda_static_map 3" "fl_cuda_exit_race"; do
   name=${p%% *}
   # shellcheck disable=SC2086 # the program's arguments split on purpose
-  $fl exec --late-cuda -n 10 -j "$jobs" -o "$name" -- "$dest/bin/"$p 2>&1 | quiet | tee -a "$summary"
+  $fl exec --late-cuda -n 10 -j "$jobs" -o "$name" --replace -- "$dest/bin/"$p 2>&1 | quiet | tee -a "$summary"
 done
 for tag in 2604 2606; do
   client=$dest/bin/rmm_client_$tag
   [ -x "$client" ] || continue
   step "RMM $tag client, pool in a static container: exec --late-cuda (30)"
-  $fl exec --late-cuda -n 30 -j "$jobs" -o "rmm-$tag" -- "$client" 2>&1 | quiet | tee -a "$summary"
+  $fl exec --late-cuda -n 30 -j "$jobs" -o "rmm-$tag" --replace -- "$client" 2>&1 | quiet | tee -a "$summary"
   step "RMM $tag client with a detached worker: exec --late-cuda (10)"
-  $fl exec --late-cuda -n 10 -j "$jobs" -o "rmm-$tag-worker" -- "$client" --streams 4 --detached-worker 2>&1 | quiet | tee -a "$summary"
+  $fl exec --late-cuda -n 10 -j "$jobs" -o "rmm-$tag-worker" --replace -- "$client" --streams 4 --detached-worker 2>&1 | quiet | tee -a "$summary"
 done
 step "cuda_points_bench (stand-in driver)" >/dev/null
 FAULTLINE_FAKE_LIBCUDA=$dest/fakecuda/libcuda.so.1 FAULTLINE_AGENT_LIB=$dest/lib/libfaultline_agent.so \

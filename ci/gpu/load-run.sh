@@ -35,7 +35,8 @@ export FAULTLINE_DEVICE=${FAULTLINE_DEVICE:-cuda}
 export LD_LIBRARY_PATH="$dest/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 name="$part-$jobs"
 campaign="$work/$name"
-resume=()
+# A campaign already there is continued; anything else of an earlier attempt is replaced.
+resume=(--replace)
 [ -f "$campaign/campaign.json" ] && resume=(--resume)
 
 case $part in
@@ -58,6 +59,7 @@ case $part in
   soak)
     budget=${6:?soak needs a budget}
     seed=(--seed 2727)
+    resume=(--replace)
     [ -f "$campaign/soak.json" ] && resume=(--resume) && seed=()
     "${limit[@]}" "$fl" soak --jobs "$jobs" --budget "$budget" "${seed[@]}" --out "$campaign" "${resume[@]}" \
       >"$out/$name.txt" 2>&1

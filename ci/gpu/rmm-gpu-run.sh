@@ -51,7 +51,7 @@ if [ "$what" = clients ] || [ "$what" = all ]; then
       for faults in "" "exit/end=delay(100ms)"; do
         name=rmm_client_${tag}${worker:+_worker}${faults:+_amplified}
         echo "=== $name" | tee -a "$summary"
-        "$fl" exec --repeat "$repeat" --jobs "$jobs" --seed 1 --timeout 60s --out "$scratch/$name" \
+        "$fl" exec --repeat "$repeat" --jobs "$jobs" --seed 1 --timeout 60s --out "$scratch/$name" --replace \
           ${faults:+--faults "$faults"} -- "$dest/bin/rmm_client_$tag" --streams 4 $worker 2>&1 | tee -a "$summary"
         # The first crash's stack, as faultline recorded it.
         first=$(find "$scratch/$name/runs" -name crash-stacks.txt 2>/dev/null | sort | head -n 1)

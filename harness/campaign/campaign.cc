@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <system_error>
@@ -143,7 +144,88 @@ core::status check_manifest(const fs::path& out_dir, const campaign_manifest& wa
   return {};
 }
 
+// The files a campaign or a soak writes into its output directory (soak.h names the soak's).
+constexpr const char* soak_files[] = {"soak.json", "soak.json.tmp", "report.html", "report.md"};
+
+// `was` may come without its runs counted: they are counted here when the refusal names them.
+core::status choice_status(const fs::path& out_dir, recorded_campaign was, bool resume, bool replace) {
+  if (resume && replace)
+    return core::status(core::errc::invalid_argument, "--resume and --replace exclude each other: --resume continues the campaign in " +
+                                                          out_dir.string() + ", --replace starts a new one there");
+  if (resume && !was.any())
+    return core::status(core::errc::invalid_argument, "--resume: " + out_dir.string() +
+                                                          " holds no campaign or soak to continue (no results.jsonl, campaign.json or "
+                                                          "soak.json); leave --resume out to start one there");
+  if (!resume && !replace && was.any()) {
+    if (was.results && was.runs == 0) {
+      auto counted = find_recorded_campaign(out_dir);
+      if (!counted) return counted.error();
+      was.runs = counted->runs;
+      was.names = std::move(counted->names);
+    }
+    return core::status(core::errc::already_exists,
+                        out_dir.string() + " holds " + was.describe() + "; --resume continues it, --replace starts a new one");
+  }
+  return {};
+}
+
 }  // namespace
+
+std::string recorded_campaign::describe() const {
+  std::string text = soak ? "a soak" : "a campaign";
+  if (runs == 0) return text + " (no run recorded)";
+  text += " (" + std::to_string(runs) + (runs == 1 ? " run" : " runs") + " recorded: ";
+  constexpr std::size_t shown = 5;
+  for (std::size_t i = 0; i < names.size() && i < shown; ++i) text += (i ? ", " : "") + in_quotes(names[i]);
+  if (names.size() > shown) text += ", ... (" + std::to_string(names.size()) + " names)";
+  return text + ")";
+}
+
+core::result<recorded_campaign> find_recorded_campaign(const fs::path& out_dir, bool count_runs) {
+  recorded_campaign r;
+  std::error_code ec;
+  r.manifest = fs::exists(out_dir / manifest_file, ec);
+  r.soak = fs::exists(out_dir / soak_files[0], ec);
+  const fs::path results = out_dir / "results.jsonl";
+  r.results = fs::exists(results, ec);
+  if (!r.results || !count_runs) return r;
+  // Line by line, tolerant: a torn or malformed line still counts as a run recorded (what it is
+  // is resume's business); only the names of well-formed lines are collected.
+  std::ifstream in(results, std::ios::binary);
+  if (!in) return core::status(core::errc::io_error, "cannot read " + results.string());
+  std::set<std::string> seen;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    ++r.runs;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("name") && j["name"].is_string()) {
+      auto name = j["name"].get<std::string>();
+      if (seen.size() < 1000 && seen.insert(name).second) r.names.push_back(std::move(name));
+    }
+  }
+  if (in.bad()) return core::status(core::errc::io_error, "cannot read " + results.string());
+  return r;
+}
+
+core::status check_out_dir_choice(const fs::path& out_dir, bool resume, bool replace) {
+  auto was = find_recorded_campaign(out_dir, false);
+  if (!was) return was.error();
+  return choice_status(out_dir, *was, resume, replace);
+}
+
+core::status clear_recorded_campaign(const fs::path& out_dir) {
+  std::vector<std::string> names = {"results.jsonl", manifest_file, std::string(manifest_file) + ".tmp", "logs", "runs"};
+  names.insert(names.end(), std::begin(soak_files), std::end(soak_files));
+  for (const auto& name : names) {
+    std::error_code ec;
+    fs::remove_all(out_dir / name, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      return core::status(core::errc::io_error, "clear the earlier campaign in " + out_dir.string() + ": remove " + name + ": " +
+                                                    ec.message());
+  }
+  return {};
+}
 
 std::string_view to_string(keep_policy k) noexcept {
   switch (k) {
@@ -213,13 +295,17 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
     return core::status(core::errc::invalid_argument,
                         "the lock held is of " + o.out_lock->dir().string() + ", not of " + o.out_dir.string());
   }
-  if (!o.resume) {
-    // A new campaign replaces what an earlier one left in out_dir (results appended to another
-    // campaign's would be counted together, and a later --resume could not tell them apart).
-    if (fs::exists(o.out_dir / "results.jsonl", ec) || fs::exists(o.out_dir / manifest_file, ec)) {
-      for (const char* name : {"results.jsonl", manifest_file, "logs", "runs"}) fs::remove_all(o.out_dir / name, ec);
-      if (ec) return core::status(core::errc::io_error, "clear the earlier campaign in " + o.out_dir.string() + ": " + ec.message());
-      if (o.warn) o.warn("replaced the earlier campaign in " + o.out_dir.string() + " (--resume continues one)");
+  {
+    // An earlier campaign in out_dir is continued (resume) or replaced (replace) only when asked:
+    // a mistyped command must not cost a campaign. A soak's state alone is the soak's own, written
+    // just before it starts this campaign (run_soak checked the user's choice itself).
+    auto was = find_recorded_campaign(o.out_dir, false);
+    if (!was) return was.error();
+    was->soak = false;
+    if (auto s = choice_status(o.out_dir, *was, o.resume, o.replace); !s) return s;
+    if (o.replace && was->any()) {
+      if (auto s = clear_recorded_campaign(o.out_dir); !s) return s;
+      if (o.warn) o.warn("replaced the earlier campaign in " + o.out_dir.string() + " (--replace)");
     }
   }
   fs::create_directories(o.out_dir / "logs", ec);
@@ -280,7 +366,7 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
                                             std::to_string(seed) + " faults " + in_quotes(faults));
       const std::uint64_t bit = r.run / o.part.count;
       if (bit >= recorded.size()) recorded.resize(bit + 1, false);
-      if (recorded[bit]) return {};  // recorded twice (an append without --resume): counted once
+      if (recorded[bit]) return {};  // recorded twice (a results file put together by hand): counted once
       recorded[bit] = true;
       ++result.resumed;
       summary.add(r);

@@ -15,8 +15,7 @@
 //   auto r = harness::run_campaign(o);   // r->summaries: one per variant
 //
 // Output directory (OUT = out_dir):
-//   OUT/results.jsonl   one line per run (results.h), appended; an existing file is appended
-//                       to, never truncated (without `resume`, nothing checks what it holds)
+//   OUT/results.jsonl   one line per run (results.h), appended as each run ends
 //   OUT/campaign.json   the options that fix the run numbering (repeat, seed, shard, variant
 //                       names and fault specs), written when a campaign starts; what `resume`
 //                       checks against
@@ -25,6 +24,10 @@
 //                       (`keep`); a pruned run's record has no "log" or "stacks"
 //   OUT/.faultline.lock  held (out_lock.h) while the campaign runs: a second campaign in OUT is
 //                       refused, naming the first one's pid
+//
+// An earlier campaign in OUT (its results.jsonl or campaign.json) is never replaced unasked: a new
+// campaign there is an error naming it (find_recorded_campaign, check_out_dir_choice) unless
+// `resume` continues it or `replace` clears it first; `resume` with nothing there is an error too.
 //
 // Memory does not grow with the number of runs: the summaries are accumulated as runs finish
 // (summary.h) and no record is kept; a resumed campaign keeps one bit per recorded run.
@@ -113,8 +116,9 @@ struct campaign_options {
   const std::atomic<bool>* cancel = nullptr;  ///< stop: kill runs in flight, start no more
   keep_policy keep = keep_policy::failures;   ///< whose files stay once the run is recorded
   std::uint64_t keep_passes = default_kept_passes;  ///< passes per variant kept by `failures`
-  bool resume = false;                   ///< continue the campaign recorded in out_dir (without it, a
-                                         ///< new campaign replaces the one there)
+  bool resume = false;                   ///< continue the campaign recorded in out_dir (it must hold one)
+  bool replace = false;                  ///< clear the campaign recorded in out_dir first (without it or
+                                         ///< `resume`, a campaign there is an error)
   /// Called (from the thread that noticed) with each warning as it happens; may be empty.
   std::function<void(const std::string&)> warn;
   /// The caller's hold of out_dir when it holds the directory beyond this call (run_soak, across
@@ -177,12 +181,48 @@ inline constexpr const char* manifest_file = "campaign.json";
 /// the file is not a manifest, io_error when it cannot be read.
 core::result<std::optional<campaign_manifest>> read_manifest(const std::filesystem::path& out_dir);
 
+/// What an output directory holds of an earlier campaign or soak.
+struct recorded_campaign {
+  bool results = false;             ///< OUT/results.jsonl exists
+  bool manifest = false;            ///< OUT/campaign.json exists
+  bool soak = false;                ///< OUT/soak.json exists (a soak's, soak.h)
+  std::uint64_t runs = 0;           ///< lines in results.jsonl
+  std::vector<std::string> names;   ///< the distinct names of its runs, in the order first recorded
+
+  /// A campaign (results or manifest) or a soak (its state) is there.
+  bool any() const { return results || manifest || soak; }
+  /// "a campaign (7 runs recorded: 'true', 'exit/static-pool')", "a soak (no run recorded)".
+  std::string describe() const;
+};
+
+/// What `out_dir` holds of an earlier campaign; reads only (a missing directory holds nothing).
+/// Without `count_runs` only which files are there (runs and names stay empty): results.jsonl is
+/// not read, which for a soak of a million runs is a pass over every line. Errors: io_error when
+/// results.jsonl exists but cannot be read.
+core::result<recorded_campaign> find_recorded_campaign(const std::filesystem::path& out_dir, bool count_runs = true);
+
+/// Whether a campaign may start in `out_dir` with this choice: `resume` needs something there to
+/// continue; without `resume` or `replace` a campaign (or soak) there is refused, naming it, so
+/// that a mistyped command never replaces one. Errors (all before anything is written):
+/// invalid_argument for `resume` with `replace`, or `resume` with nothing to continue;
+/// already_exists for a campaign there and neither flag ("OUT holds a campaign (N runs
+/// recorded: ...); --resume continues it, --replace starts a new one"); io_error as
+/// find_recorded_campaign.
+core::status check_out_dir_choice(const std::filesystem::path& out_dir, bool resume, bool replace);
+
+/// Removes what a campaign or soak wrote into `out_dir` (results.jsonl, campaign.json, logs/,
+/// runs/, soak.json, report.html, report.md); anything else there stays. Errors: io_error naming
+/// what could not be removed.
+core::status clear_recorded_campaign(const std::filesystem::path& out_dir);
+
 /// Performs the campaign (resuming it with `o.resume`). A thread that cannot be started is a
 /// warning, not an error: the campaign goes on with the threads it has (at least the caller's).
 /// A record that cannot be written (a full disk) stops it: no new run starts, the runs in flight
 /// finish unrecorded (a resume performs them again), and the error says how many are recorded.
 /// Errors: busy when another campaign holds out_dir (the message names its pid), before anything
-/// in it is touched; invalid_argument for an empty variant list, jobs outside 1..max_jobs, an
+/// in it is touched; then, still before anything is written, check_out_dir_choice's errors, except
+/// that a soak's state alone (soak.json) is no campaign here (run_soak writes it before it starts
+/// its campaign); invalid_argument for an empty variant list, jobs outside 1..max_jobs, an
 /// out_lock of another directory, or a resume into a directory whose campaign had other options
 /// (the message names them); corrupt for a malformed results file or manifest; io_error when the
 /// output directory, results file or manifest cannot be created or written.

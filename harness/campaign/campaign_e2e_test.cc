@@ -399,10 +399,11 @@ TEST_F(campaign_e2e, resume_of_a_results_file_with_garbage_inside_is_an_error_na
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find((out() / "results.jsonl").string() + " line 2 is malformed"), std::string::npos) << r.err;
 
-  // Resuming into a directory that has no campaign yet simply starts one.
+  // Resuming a directory that has no campaign is a usage error, and creates nothing.
   auto fresh = run_faultline({"exec", "--no-preload", "--resume", "--repeat", "2", "--out", (out() / "new").string(), "--", "true"});
-  EXPECT_EQ(fresh.status, 0) << fresh.err;
-  EXPECT_EQ(results(out() / "new").size(), 2u);
+  EXPECT_EQ(fresh.status, 2) << fresh.err;
+  EXPECT_NE(fresh.err.find((out() / "new").string() + " holds no campaign or soak to continue"), std::string::npos) << fresh.err;
+  EXPECT_FALSE(fs::exists(out() / "new"));
 }
 
 // Another process on the machine (a test beside this one, another campaign) creates and holds a
@@ -427,9 +428,36 @@ TEST_F(campaign_e2e, shared_memory_created_and_held_by_another_process_is_not_a_
   EXPECT_TRUE(still_there) << "faultline removed another process's entry";
 }
 
-TEST_F(campaign_e2e, without_resume_a_new_campaign_replaces_the_earlier_one) {
+TEST_F(campaign_e2e, an_out_holding_a_campaign_is_refused_unless_resume_or_replace_says_what_to_do) {
   ASSERT_EQ(run_faultline({"exec", "--no-preload", "--repeat", "2", "--keep", "all", "--out", out().string(), "--", "true"}).status, 0);
-  auto r = run_faultline({"exec", "--no-preload", "--repeat", "3", "--faults", "x/y=off", "--keep", "none", "--out",
+  const auto files = files_under(out());
+  const auto lines = slurp(out() / "results.jsonl");
+  // A new campaign, a typo among them (the issue's: a program that does not exist), each refused
+  // before run 1 with the campaign there named, and nothing in OUT changed.
+  const std::vector<std::vector<std::string>> refused = {
+      {"exec", "--no-preload", "--repeat", "3", "--faults", "x/y=off", "--out", out().string(), "--", "true"},
+      {"exec", "--no-preload", "--out", out().string(), "--", "false"},
+  };
+  for (const auto& args : refused) {
+    auto r = run_faultline(args);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_NE(r.err.find(out().string() + " holds a campaign (2 runs recorded: 'true'); --resume continues it, --replace starts "
+                                          "a new one"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("seed "), std::string::npos) << "refused after the campaign's header\n" << r.err;
+  }
+  auto typo = run_faultline({"exec", "--out", out().string(), "--", "./nonexistent"});
+  EXPECT_EQ(typo.status, 2) << typo.err;
+  EXPECT_EQ(files_under(out()), files) << "a refused command touched the campaign";
+  EXPECT_EQ(slurp(out() / "results.jsonl"), lines);
+
+  auto both = run_faultline({"exec", "--no-preload", "--resume", "--replace", "--out", out().string(), "--", "true"});
+  EXPECT_EQ(both.status, 2);
+  EXPECT_NE(both.err.find("--resume and --replace exclude each other"), std::string::npos) << both.err;
+
+  // --replace starts a new campaign there, saying so.
+  auto r = run_faultline({"exec", "--no-preload", "--repeat", "3", "--faults", "x/y=off", "--keep", "none", "--replace", "--out",
                           out().string(), "--", "true"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("replaced the earlier campaign in " + out().string()), std::string::npos) << r.err;
@@ -442,6 +470,31 @@ TEST_F(campaign_e2e, without_resume_a_new_campaign_replaces_the_earlier_one) {
                               out().string(), "--", "true"});
   EXPECT_EQ(again.status, 0) << again.err;
   EXPECT_EQ(results(out()).size(), 3u);
+}
+
+// The library refuses as the command does: run_campaign itself never replaces a campaign unasked.
+TEST_F(campaign_e2e, run_campaign_refuses_an_earlier_campaign_without_resume_or_replace) {
+  campaign_options o = true_campaign(out(), 2, 1);
+  ASSERT_TRUE(run_campaign(o));
+  const auto lines = slurp(out() / "results.jsonl");
+  o.seed = 5;
+  auto refused = run_campaign(o);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.code(), core::errc::already_exists);
+  EXPECT_NE(refused.error().message().find("holds a campaign (2 runs recorded: 'true')"), std::string::npos)
+      << refused.error().message();
+  EXPECT_EQ(slurp(out() / "results.jsonl"), lines);
+  o.replace = true;
+  auto replaced = run_campaign(o);
+  ASSERT_TRUE(replaced) << replaced.error().message();
+  for (const auto& rec : results(out())) EXPECT_GE(rec.seed, 5u);
+  o.replace = false;
+  o.resume = true;
+  o.out_dir = out() / "nothing-here";
+  auto nothing = run_campaign(o);
+  ASSERT_FALSE(nothing);
+  EXPECT_EQ(nothing.code(), core::errc::invalid_argument);
+  EXPECT_NE(nothing.error().message().find("holds no campaign or soak to continue"), std::string::npos) << nothing.error().message();
 }
 
 // Writes points files as the fault engine and the agent do: the shell on every seed, and a

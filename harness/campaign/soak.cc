@@ -249,6 +249,9 @@ core::result<soak_result> run_soak(const soak_options& o) {
   if (!out_lock) return out_lock.error();
 
   std::error_code ec;
+  auto recorded = find_recorded_campaign(o.out_dir, false);
+  if (!recorded) return recorded.error();
+  if (auto s = check_out_dir_choice(o.out_dir, o.resume, o.replace); !s) return s;
   soak_state state;
   std::optional<soak_state> was;
   if (o.resume) {
@@ -279,8 +282,11 @@ core::result<soak_result> run_soak(const soak_options& o) {
   }
   state.shard = o.part.to_string();
 
-  // A new soak replaces an earlier one in the directory (run_campaign clears its files).
-  if (!o.resume) fs::remove(o.out_dir / soak_state_file, ec);
+  // A new soak replaces an earlier one in the directory only when asked (checked above).
+  if (!o.resume && recorded->any()) {
+    if (auto s = clear_recorded_campaign(o.out_dir); !s) return s;
+    if (o.warn) o.warn("replaced the earlier " + std::string(recorded->soak ? "soak" : "campaign") + " in " + o.out_dir.string() + " (--replace)");
+  }
   fs::create_directories(o.out_dir, ec);
   if (ec) return core::status(core::errc::io_error, "create " + o.out_dir.string() + ": " + ec.message());
 
@@ -332,7 +338,9 @@ core::result<soak_result> run_soak(const soak_options& o) {
   c.progress_interval = o.progress_tty ? milliseconds(100) : milliseconds(60'000);
   c.cancel = o.cancel;
   c.keep = o.keep;
-  c.resume = o.resume && was.has_value();
+  // The campaign continues when there is one (results or its manifest): a soak killed before
+  // its campaign began has only its state.
+  c.resume = o.resume && (recorded->results || recorded->manifest);
   c.warn = o.warn;
   c.out_lock = &*out_lock;
   c.deadline = start + left;

@@ -31,6 +31,9 @@
 // OUT/.faultline.lock (out_lock.h) is held from the start to the last report written: a second
 // soak or campaign in OUT meanwhile is refused, naming this one's pid.
 //
+// A soak or campaign already in OUT is never replaced unasked: without `resume` or `replace`
+// run_soak refuses it, naming it (check_out_dir_choice, campaign.h).
+//
 // Resuming (`resume`): after the harness was killed, the soak continues with the seed, scenarios
 // and fault spaces of OUT/soak.json (other ones are refused), spends what is left of the budget
 // (time already spent counts, up to the last state write), performs first the runs that were in
@@ -78,7 +81,9 @@ struct soak_options {
   unsigned jobs = 1;
   shard part;
   std::filesystem::path out_dir = "faultline-soak";
-  bool resume = false;
+  bool resume = false;                     ///< continue the soak in out_dir (it must hold one)
+  bool replace = false;                    ///< clear the soak or campaign in out_dir first (without it
+                                           ///< or `resume`, one there is an error)
   std::chrono::milliseconds report_every{std::chrono::minutes(5)};
   /// A scenario's timeout is its catalog timeout times this (a slower machine, a sanitizer).
   double timeout_scale = 1.0;
@@ -113,9 +118,10 @@ struct soak_result {
 inline constexpr const char* soak_state_file = "soak.json";
 
 /// Runs the soak. Errors: busy when another campaign holds OUT (the message names its pid),
-/// before anything in OUT is read or written; invalid_argument for no scenarios, a zero budget,
-/// a malformed fault space, or a resume whose seed, scenarios or spaces differ from
-/// OUT/soak.json (the message says which); corrupt for an unreadable soak.json; io_error when
+/// before anything in OUT is read or written; check_out_dir_choice's errors (a soak or campaign in
+/// OUT and neither `resume` nor `replace`; `resume` with nothing there), before anything in OUT is
+/// written; invalid_argument for no scenarios, a zero budget, a malformed fault space, or a resume
+/// whose seed, scenarios or spaces differ from OUT/soak.json (the message says which); corrupt for an unreadable soak.json; io_error when
 /// the output cannot be written (a full disk: the runs recorded so far are intact, and the
 /// message says so).
 core::result<soak_result> run_soak(const soak_options& o);

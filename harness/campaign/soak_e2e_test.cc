@@ -156,9 +156,13 @@ TEST_F(soak_e2e, killed_at_random_moments_it_resumes_without_losing_or_repeating
   // The kill moments come from a fixed seed: a failure here replays.
   faultline::faults::generator when(2026);
   // Seed 10: fake/behave runs (odd run numbers) get odd seeds, so some of them fail.
-  const std::vector<std::string> args = {"--budget", "5s", "--out", out().string(), "--seed", "10", "--jobs", "2", "--resume"};
+  const std::vector<std::string> args = {"--budget", "5s", "--out", out().string(), "--seed", "10", "--jobs", "2"};
   for (int round = 0; round < 5; ++round) {
-    auto s = start_soak({}, args, dir_.path(), "round" + std::to_string(round));
+    // --resume once the soak is there (a round killed before it wrote its state left nothing):
+    // on an --out without one, --resume is refused.
+    auto round_args = args;
+    if (fs::exists(out() / "soak.json")) round_args.push_back("--resume");
+    auto s = start_soak({}, round_args, dir_.path(), "round" + std::to_string(round));
     std::this_thread::sleep_for(std::chrono::milliseconds(when.between(150, 700)));
     ASSERT_TRUE(s.proc.signal(SIGKILL));
     const int status = s.proc.reap();
@@ -249,6 +253,33 @@ TEST_F(soak_e2e, a_resume_with_another_seed_or_scenario_list_is_refused_and_chan
   auto not_soak = testing_util::run_faultline({"soak", "--budget", "1s", "--out", campaign.string(), "--resume"}, fake_env());
   EXPECT_EQ(not_soak.status, 2);
   EXPECT_NE(not_soak.err.find("no soak.json"), std::string::npos) << not_soak.err;
+}
+
+TEST_F(soak_e2e, a_soak_in_out_is_never_replaced_unasked) {
+  auto first = testing_util::run_faultline({"soak", "--budget", "300ms", "--out", out().string(), "--seed", "1"}, fake_env());
+  ASSERT_NE(first.status, 2) << first.err;
+  const auto before = slurp(out() / "results.jsonl");
+  const auto runs = testing_util::read_lines(out() / "results.jsonl").size();
+  ASSERT_GT(runs, 0u);
+  auto again = testing_util::run_faultline({"soak", "--budget", "300ms", "--out", out().string(), "--seed", "2"}, fake_env());
+  EXPECT_EQ(again.status, 2) << again.err;
+  EXPECT_NE(again.err.find(out().string() + " holds a soak (" + std::to_string(runs) + " runs recorded: "), std::string::npos)
+      << again.err;
+  EXPECT_NE(again.err.find("--resume continues it, --replace starts a new one"), std::string::npos) << again.err;
+  EXPECT_EQ(slurp(out() / "results.jsonl"), before);
+  EXPECT_EQ(state_of(out())["seed"], 1);
+
+  auto replaced = testing_util::run_faultline({"soak", "--budget", "300ms", "--out", out().string(), "--seed", "2", "--replace"},
+                                              fake_env());
+  EXPECT_NE(replaced.status, 2) << replaced.err;
+  EXPECT_NE(replaced.err.find("replaced the earlier soak"), std::string::npos) << replaced.err;
+  expect_runs_follow_the_seed(records(out()), 2);
+  EXPECT_EQ(state_of(out())["seed"], 2);
+
+  auto nothing = testing_util::run_faultline({"soak", "--budget", "1s", "--out", (out() / "none").string(), "--resume"}, fake_env());
+  EXPECT_EQ(nothing.status, 2) << nothing.err;
+  EXPECT_NE(nothing.err.find("holds no campaign or soak to continue"), std::string::npos) << nothing.err;
+  EXPECT_FALSE(fs::exists(out() / "none"));
 }
 
 TEST_F(soak_e2e, each_shard_rotates_through_every_scenario) {

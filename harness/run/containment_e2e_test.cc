@@ -420,7 +420,8 @@ class harness_killed : public ::testing::Test {
                                          const std::function<bool()>& also_ready = [] { return true; }) {
     spawn_options o;
     o.argv = {(testing::bin_dir() / "faultline").string(), "exec", "--jobs", "2", "--repeat", "4",
-              "--timeout", "60s", "--env", std::string(marker_env) + "=" + marker, "--out", dir_.path().string(), "--"};
+              "--timeout", "60s", "--env", std::string(marker_env) + "=" + marker, "--out", dir_.path().string(),
+              "--replace", "--"};  // each call a new campaign in the one directory (a test may make two)
     o.argv.insert(o.argv.end(), command.begin(), command.end());
     o.envp = current_environment();
     set_env(o.envp, containment_env, mode);

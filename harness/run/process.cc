@@ -4,11 +4,13 @@
 #include <poll.h>
 #include <spawn.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -189,6 +191,37 @@ core::result<child> spawn(const spawn_options& o) {
     return detail::sys_error(e, "pidfd_open");
   }
   return child(pid, pidfd);
+}
+
+core::result<std::string> find_program(const std::string& name) {
+  if (name.empty()) return core::status(core::errc::not_found, "no program named: the command is empty");
+  auto check = [](const std::string& path) -> core::status {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return core::status(core::errc::not_found, path + ": no such file");
+    if (!S_ISREG(st.st_mode)) return core::status(core::errc::refused, path + ": not a program (" +
+                                                                  (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file") + ")");
+    if (::access(path.c_str(), X_OK) != 0) return core::status(core::errc::refused, path + ": not executable");
+    return {};
+  };
+  if (name.find('/') != std::string::npos) {
+    if (auto s = check(name); !s) return s;
+    return name;
+  }
+  const char* env_path = std::getenv("PATH");
+  const std::string search = env_path != nullptr ? env_path : "/bin:/usr/bin";
+  std::optional<core::status> refused;  // execvp's EACCES: a match that cannot run, when none can
+  for (std::size_t start = 0;;) {
+    const auto colon = search.find(':', start);
+    const std::string dir = search.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    auto s = check(candidate);
+    if (s) return candidate;
+    if (s.code() == core::errc::refused && !refused) refused = s;
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  if (refused) return core::status(core::errc::refused, name + ": found in PATH but cannot be run: " + refused->message());
+  return core::status(core::errc::not_found, name + ": not found in PATH (" + search + ")");
 }
 
 std::vector<std::string> current_environment() {

@@ -99,6 +99,13 @@ class child {
 /// as errc::not_found / io_error naming the program.
 core::result<child> spawn(const spawn_options& o);
 
+/// The file a run of `name` would execute, found as execvp finds it: `name` itself when it holds
+/// a '/', else the first regular, executable file of that name in the harness's PATH (unset:
+/// /bin:/usr/bin; an empty entry is the working directory). Errors, naming `name`: not_found when
+/// there is no such file (or no such file in PATH, whose directories the message lists);
+/// refused when it is there but is a directory or not executable by the harness.
+core::result<std::string> find_program(const std::string& name);
+
 /// The harness's own environment as "K=V" strings.
 std::vector<std::string> current_environment();
 

@@ -169,7 +169,10 @@ def run_campaign(
     after `grace_s` (faultline's keepers then end every run's process tree), and the result has
     ``returncode`` None.
     """
-    cmd = [str(binary), "run", scenario, "--repeat", str(repeat), "--jobs", str(jobs), "--json", "--out", str(out_dir)]
+    # --replace: each call is a new campaign; a session run again (or --faultline-out reused) starts
+    # over in the same directory, which faultline otherwise refuses rather than replace unasked.
+    cmd = [str(binary), "run", scenario, "--repeat", str(repeat), "--jobs", str(jobs), "--json", "--out", str(out_dir),
+           "--replace"]
     if seed is not None:
         cmd += ["--seed", str(seed)]
     if faults:
