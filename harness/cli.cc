@@ -556,6 +556,8 @@ int cmd_exec(const raw_args& a, std::vector<std::string> cmd, cli_context& ctx) 
   if (!cmd.empty() && cmd.front() == "--") cmd.erase(cmd.begin());
   if (cmd.empty()) throw usage_error{"no command: faultline exec [OPTIONS] -- CMD [ARGS...]"};
   settings s = resolve(a, 1);
+  // A program reads only the families' points (faults/families.h): a misspelt one is refused here.
+  check_agent_points(*faults::parse(s.faults), spec_reader::program);
   adopt_resumed_options(s);
   variant v;
   v.name = fs::path(cmd[0]).filename().string();
@@ -890,7 +892,7 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
     auto parsed = faults::parse(text);
     if (!parsed) return core::status(core::errc::invalid_argument, "--faults: " + parsed.error().message());
     try {
-      check_agent_points(*parsed);
+      check_agent_points(*parsed, spec_reader::program);
     } catch (const usage_error& e) {
       return core::status(core::errc::invalid_argument, e.message);
     }

@@ -31,10 +31,17 @@ bool names_lock_points(const faults::spec& spec);
 /// Whether the spec names libfiu's POSIX preload points (posix/, libc/): it is preloaded for them.
 bool names_posix_points(const faults::spec& spec);
 
-/// Throws usage_error ("--faults: ITEM ...") for the first item of `spec` that asks an agent
-/// point for what it cannot do: an action other than off, delay, abort, kill, print or stop
-/// (plus fail where the point takes one, teardown for cuda/), an @filter outside process/start,
-/// spawn/parent and lock/, a wildcard or malformed fn/ point, fail on a CUDA runtime call.
-void check_agent_points(const faults::spec& spec);
+/// Who reads a spec: the catalog's scenarios (run, verify, soak: any name is a scenario's
+/// point, checked by the scenarios), or a user's program (exec, agent-env: only the families of
+/// faults/families.h exist).
+enum class spec_reader { scenarios, program };
+
+/// Throws usage_error ("--faults: ITEM ...") for the first item of `spec` that the families of
+/// faults/families.h (the description the agent reads too) refuse: a point of an agent family that
+/// does not exist (lock/sem/held, posix/io/oc/opne, cuda/cuNoSuchCall; with the nearest valid name
+/// where one is near), for a program any point outside every family (nosuch/x), an action the
+/// point cannot take (fail on a CUDA runtime call, teardown(device) outside cuda/), an @filter
+/// where the point takes none, a wildcard or malformed fn/ point.
+void check_agent_points(const faults::spec& spec, spec_reader reader = spec_reader::scenarios);
 
 }  // namespace faultline::harness

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "faults/families.h"
 #include "faults/preload/detail/next_symbol.h"
 #include "faults/preload/detail/plan_table.h"
 #include "faults/preload/preload_points.h"
@@ -127,7 +128,7 @@ void resolve() noexcept {
   const char* spec = std::getenv("FAULTLINE_FAULTS");
   const char* dir = std::getenv("FAULTLINE_RUN_DIR");
   if (spec == nullptr || dir == nullptr || *dir == '\0' || std::strlen(spec) > max_spec) return;
-  if (std::strstr(spec, "lock/") == nullptr) return;
+  if (!faultline::faults::spec_reaches(spec, faultline::faults::injector::lock)) return;
   std::memcpy(spec_copy, spec, std::strlen(spec) + 1);
   // A filter on a lock item: "lock/...@name". Other items' filters do not make frames worth reading.
   for (const char* at = std::strstr(spec_copy, "lock/"); at != nullptr; at = std::strstr(at + 1, "lock/")) {
