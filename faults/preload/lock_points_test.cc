@@ -100,6 +100,22 @@ TEST(lock_points, kill_at_acquired_leaves_the_lock_to_a_dead_holder) {
   EXPECT_EQ(g.out, "robust-child child=0 parent=EOWNERDEAD\n");
 }
 
+// Issue 28: the filter read only what dladdr sees (exported symbols), so on a program built the
+// ordinary way, naming a static function, it never fired. It reads the symbol tables as fn/ does.
+TEST(lock_points, a_filter_finds_a_static_function_of_a_program_built_without_exports) {
+  testing::preload_runner r(preload);
+  const std::string plain = FAULTLINE_LOCK_POINTS_CHILD_PLAIN;
+  auto f = r.run("lock/mutex/acquired@worker_step=kill", {plain, "robust-child-static"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "robust-child-static child=137 parent=EOWNERDEAD\n");
+  // An exported function of the same program is found too, and a prefix filter.
+  auto g = r.run("lock/mutex/acquired@held_by*=kill", {plain, "robust-child"});
+  EXPECT_EQ(g.out, "robust-child child=137 parent=EOWNERDEAD\n");
+  // The filter still narrows: the parent's lock (in main) is not killed.
+  auto h = r.run("lock/mutex/acquired@no_such_caller=kill", {plain, "robust-child-static"});
+  EXPECT_EQ(h.out, "robust-child-static child=0 parent=EOWNERDEAD\n");
+}
+
 TEST(lock_points, delay_at_release_holds_the_lock_longer) {
   testing::preload_runner r(preload);
   auto f = r.run("lock/sem/release=delay(300ms)", {child_program, "sem-private", "sem-shared"});
