@@ -556,8 +556,13 @@ int cmd_exec(const raw_args& a, std::vector<std::string> cmd, cli_context& ctx) 
   if (!cmd.empty() && cmd.front() == "--") cmd.erase(cmd.begin());
   if (cmd.empty()) throw usage_error{"no command: faultline exec [OPTIONS] -- CMD [ARGS...]"};
   settings s = resolve(a, 1);
-  // A program reads only the families' points (faults/families.h): a misspelt one is refused here.
-  check_agent_points(*faults::parse(s.faults), spec_reader::program);
+  // With the agent preloaded, a program reads only the families' points (faults/families.h): a
+  // misspelt one is refused here, and so is a function the program does not have. Without it
+  // (--no-preload) the program's own fault points (faultline::points) read the spec.
+  if (!a.no_preload) {
+    check_agent_points(*faults::parse(s.faults), spec_reader::program);
+    check_program_points(*faults::parse(s.faults), cmd, s.env);
+  }
   adopt_resumed_options(s);
   variant v;
   v.name = fs::path(cmd[0]).filename().string();

@@ -1,14 +1,24 @@
 #include "harness/cli_faults.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <sstream>
 #include <string_view>
 #include <vector>
 
 #include "faults/families.h"
 #include "faults/point_names.h"
+#include "harness/run/elf_functions.h"
 
 namespace faultline::harness {
+
+namespace fs = std::filesystem;
+
 namespace {
 
 // Whether a spec item covers names starting with `prefix` ("cuda/cuda": runtime functions), or
@@ -150,6 +160,88 @@ void check_agent_points(const faults::spec& spec, spec_reader reader) {
       if (k == action_kind::teardown && t.action.device == faults::current_device && !reaches(faults::injector::cuda))
         throw usage_error{"--faults: " + item.point + ": teardown(device) is for cuda/ points; name a device (teardown(0))"};
     }
+  }
+}
+
+namespace {
+
+// The name in `names` nearest to `name` by edit distance (at most a third of it differs), or "".
+std::string nearest_name(std::string_view name, const std::set<std::string>& names) {
+  std::string best;
+  std::size_t best_distance = name.size() / 3 + 1;
+  std::vector<std::size_t> row;
+  for (const auto& candidate : names) {
+    const std::size_t length_gap = candidate.size() > name.size() ? candidate.size() - name.size() : name.size() - candidate.size();
+    if (length_gap >= best_distance) continue;
+    row.assign(candidate.size() + 1, 0);
+    for (std::size_t j = 0; j <= candidate.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= name.size(); ++i) {
+      std::size_t diagonal = row[0];
+      row[0] = i;
+      for (std::size_t j = 1; j <= candidate.size(); ++j) {
+        const std::size_t above = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (name[i - 1] == candidate[j - 1] ? 0 : 1)});
+        diagonal = above;
+      }
+    }
+    if (row[candidate.size()] < best_distance) {
+      best_distance = row[candidate.size()];
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+bool has_function(const std::set<std::string>& names, std::string_view pattern) {
+  if (!pattern.empty() && pattern.back() == '*') {
+    pattern.remove_suffix(1);
+    auto it = names.lower_bound(std::string(pattern));
+    return it != names.end() && std::string_view(*it).starts_with(pattern);
+  }
+  return names.count(std::string(pattern)) != 0;
+}
+
+}  // namespace
+
+void check_program_points(const faults::spec& spec, const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  if (argv.empty()) return;
+  std::optional<std::set<std::string>> names;
+  bool read = false;
+  for (const auto& item : spec.items) {
+    std::string_view function;
+    std::string written;
+    if (!item.is_wildcard() && std::string_view(item.point).starts_with("fn/")) {
+      function = std::string_view(item.point).substr(3);
+      function = function.substr(0, function.find('+'));
+      written = item.point;
+    } else if (!item.filter.empty() && faults::pattern_reaches(item.point, faults::injector::lock)) {
+      function = item.filter;
+      written = item.written();
+    } else {
+      continue;
+    }
+    if (!read) {
+      names = program_function_names(argv.front(), env);
+      // A launcher (sh -c './prog ...', env, timeout) runs other programs: each word of its
+      // arguments that is a program adds its tables; one that is a script stops the check.
+      for (std::size_t i = 1; i < argv.size() && names; ++i) {
+        std::istringstream words(argv[i]);
+        for (std::string w; names && words >> w;) {
+          std::error_code ec;
+          if (w.find('/') == std::string::npos || !fs::is_regular_file(w, ec) || ::access(w.c_str(), X_OK) != 0) continue;
+          auto more = program_function_names(w, env);
+          if (more) names->merge(*more);
+          else names.reset();
+        }
+      }
+      read = true;
+    }
+    if (!names) return;  // a script, or a library not found: nothing can be said missing
+    if (has_function(*names, function)) continue;
+    const std::string near = function.ends_with("*") ? std::string() : nearest_name(function, *names);
+    throw usage_error{"--faults: " + written + ": no function " + std::string(function) + " in " + argv.front() +
+                      " or the libraries it loads at start (their symbol tables)" +
+                      (near.empty() ? std::string() : " (did you mean " + near + "?)")};
   }
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "faults/spec.h"
 
@@ -43,5 +44,15 @@ enum class spec_reader { scenarios, program };
 /// point cannot take (fail on a CUDA runtime call, teardown(device) outside cuda/), an @filter
 /// where the point takes none, a wildcard or malformed fn/ point.
 void check_agent_points(const faults::spec& spec, spec_reader reader = spec_reader::scenarios);
+
+/// Throws usage_error for the first item of `spec` that names a function the command `argv` does
+/// not have: an fn/SYMBOL, or a lock/ @FILTER (a name, or a prefix and '*'), found in no
+/// symbol table of the program and the libraries it loads at start (program_function_names,
+/// harness/run/elf_functions.h) of argv[0] and of every program path among the words of its
+/// arguments (sh -c './prog --flag'), with the nearest name where one is near. Nothing is refused
+/// when those tables cannot all be read (a script, a library not found). Functions of libraries
+/// the program dlopens later are not seen (fn/ points cannot reach them either). `env`: the
+/// program's environment ("K=V").
+void check_program_points(const faults::spec& spec, const std::vector<std::string>& argv, const std::vector<std::string>& env);
 
 }  // namespace faultline::harness

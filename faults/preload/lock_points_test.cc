@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -144,6 +146,38 @@ TEST(lock_points, faultline_exec_preloads_them_for_a_lock_spec) {
   std::string log;
   for (const auto& e : std::filesystem::directory_iterator(out + "/logs")) log += testing::slurp(e.path());
   EXPECT_NE(log.find("robust-child child=137 parent=EOWNERDEAD"), std::string::npos) << log;
+}
+
+// Issue 28: a filter or fn/ point naming a function the program has nowhere is a usage error
+// before run 1 (exit 2, nothing run), with the nearest name; one it has (a static function of a
+// program built without exports, or one in a library it links) runs.
+TEST(lock_points, faultline_exec_refuses_functions_the_program_does_not_have) {
+  testing::preload_runner r(preload);
+  const std::string plain = FAULTLINE_LOCK_POINTS_CHILD_PLAIN;
+  const auto exec = [&](const std::string& spec, const std::string& command) {
+    const std::string out = (r.dir() / "campaign").string();
+    const std::string err = (r.dir() / "err.txt").string();
+    const std::string cmd = std::string(FAULTLINE_CLI) + " exec --out " + out + " --faults '" + spec + "' -- " + command +
+                            " > /dev/null 2> " + err;
+    const int status = std::system(cmd.c_str());
+    std::filesystem::remove_all(out);
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, testing::slurp(err));
+  };
+  auto [code, err] = exec("lock/mutex/acquired@worker_stpe=kill", plain + " robust-child-static");
+  EXPECT_EQ(code, 2) << err;
+  EXPECT_NE(err.find("lock/mutex/acquired@worker_stpe: no function worker_stpe in " + plain), std::string::npos) << err;
+  EXPECT_NE(err.find("(did you mean worker_step?)"), std::string::npos) << err;
+  std::tie(code, err) = exec("fn/no_such_fn=kill", plain + " robust-child-static");
+  EXPECT_EQ(code, 2) << err;
+  EXPECT_NE(err.find("fn/no_such_fn: no function no_such_fn"), std::string::npos) << err;
+  // Through a launcher: the program among its arguments is read too.
+  std::tie(code, err) = exec("lock/*@nope*=kill", "sh -c \"" + plain + " robust-child-static\"");
+  EXPECT_EQ(code, 2) << err;
+  for (const char* spec : {"lock/mutex/acquired@worker_step=kill", "lock/mutex/acquired@held_by*=kill",
+                           "fn/worker_step=print", "fn/malloc=print"}) {
+    std::tie(code, err) = exec(spec, plain + " robust-child-static");
+    EXPECT_EQ(code, 0) << spec << "\n" << err;
+  }
 }
 
 }  // namespace
