@@ -197,7 +197,10 @@ _Unwind_Reason_Code collect(_Unwind_Context* context, void* arg) {
   }
   // Outside every module read: a library loaded since (dladdr knows it), or code of no module (JIT).
   Dl_info info{};
-  if (!in_known_module(ip - 1) && ::dladdr(reinterpret_cast<void*>(ip - 1), &info) != 0) f->unknown_module = true;
+  // (With the table of modules full, nothing more can be read: no rescan.)
+  if (module_count.load(std::memory_order_relaxed) < max_modules && !in_known_module(ip - 1) &&
+      ::dladdr(reinterpret_cast<void*>(ip - 1), &info) != 0)
+    f->unknown_module = true;
   return _URC_NO_REASON;
 }
 
