@@ -156,16 +156,28 @@ constexpr std::string_view head(std::string_view s, std::size_t n) noexcept {
 }
 
 /// Whether the item pattern `pattern` (a name, or a prefix and '*'; an '@filter' after it is
-/// ignored) can reach a point acted on by `which`.
-constexpr bool pattern_reaches(std::string_view pattern, injector which) noexcept {
+/// ignored) can reach a point of family `f`.
+constexpr bool pattern_reaches(std::string_view pattern, const point_family& f) noexcept {
   pattern = head(pattern, pattern.find('@'));
   const bool wild = !pattern.empty() && pattern.back() == '*';
   if (wild) pattern.remove_suffix(1);
+  return wild ? wildcard_covers(pattern, f) : family_of(pattern) == &f;
+}
+
+/// Whether the item pattern `pattern` can reach a point acted on by `which`.
+constexpr bool pattern_reaches(std::string_view pattern, injector which) noexcept {
   for (const auto& f : family_table) {
-    if (f.injector != which) continue;
-    if (wild ? wildcard_covers(pattern, f) : (f.exact() ? pattern == f.name : pattern.starts_with(f.name))) return true;
+    if (f.injector == which && pattern_reaches(pattern, f)) return true;
   }
   return false;
+}
+
+/// The family named `name` exactly ("cuda/cuda"); it must exist.
+constexpr const point_family& family_named(std::string_view name) noexcept {
+  for (const auto& f : family_table) {
+    if (f.name == name) return f;
+  }
+  return family_table[0];
 }
 
 /// Calls `fn(pattern)` for each item's pattern of `spec` (the text before each '=', trimmed;

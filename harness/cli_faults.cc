@@ -19,20 +19,10 @@ namespace faultline::harness {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// Whether a spec item covers names starting with `prefix` ("cuda/cuda": runtime functions), or
-// the name `point` exactly when given.
-bool covers_prefix(const faults::item& item, std::string_view prefix) {
-  const std::string_view p = item.prefix();
-  return item.is_wildcard() ? (prefix.starts_with(p) || p.starts_with(prefix)) : std::string_view(item.point).starts_with(prefix);
-}
-
-}  // namespace
-
-// (names_lock_points and names_posix_points: the families' injectors, faults/families.h.)
+// Which libraries and roles a spec needs: the families of faults/families.h.
 bool names_cuda_runtime(const faults::spec& spec) {
-  return std::any_of(spec.items.begin(), spec.items.end(), [](const faults::item& i) { return covers_prefix(i, "cuda/cuda"); });
+  return std::any_of(spec.items.begin(), spec.items.end(),
+                     [](const faults::item& i) { return faults::pattern_reaches(i.point, faults::family_named("cuda/cuda")); });
 }
 
 bool names_lock_points(const faults::spec& spec) {
