@@ -100,10 +100,79 @@ bool in_known_module(std::uintptr_t ip) noexcept {
   return false;
 }
 
-// Adds the functions of the ELF file `path` (loaded at `bias`) that a filter names.
-void read_module(const char* path, std::uintptr_t bias) noexcept {
+constexpr std::size_t max_path = 4096;
+
+// Where the separate debug file of the ELF image [base, base + size), read from `path`, may be,
+// in the order gdb looks: its .gnu_debuglink beside it, in .debug/ beside it, under
+// /usr/lib/debug/ and its directory; then /usr/lib/debug/.build-id/NN/REST.debug. Calls
+// `try_path` with each candidate until it returns true.
+template <class F>
+void debug_file_candidates(const char* path, const char* base, std::uint64_t size, F&& try_path) noexcept {
+  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(base);
+  const auto* sh = reinterpret_cast<const Elf64_Shdr*>(base + eh->e_shoff);
+  if (eh->e_shstrndx >= eh->e_shnum) return;
+  const Elf64_Shdr& names = sh[eh->e_shstrndx];
+  char dir[max_path] = {};
+  if (std::strcmp(path, "/proc/self/exe") == 0) {
+    const ssize_t n = ::readlink(path, dir, sizeof dir - 1);
+    if (n <= 0) return;
+    dir[n] = '\0';
+  } else if (std::strlen(path) < sizeof dir) {
+    std::strcpy(dir, path);
+  }
+  if (char* slash = std::strrchr(dir, '/')) *slash = '\0';
+  char candidate[max_path];
+  const auto join = [&](const char* a, const char* b, const char* c, const char* d) {
+    const std::size_t n = std::strlen(a) + std::strlen(b) + std::strlen(c) + std::strlen(d);
+    if (n >= sizeof candidate) return false;
+    candidate[0] = '\0';
+    std::strcat(std::strcat(std::strcat(std::strcat(candidate, a), b), c), d);
+    return true;
+  };
+  for (unsigned i = 0; i < eh->e_shnum; ++i) {
+    if (names.sh_offset + sh[i].sh_name >= size || sh[i].sh_offset + sh[i].sh_size > size) continue;
+    const char* section = base + names.sh_offset + sh[i].sh_name;
+    if (std::strcmp(section, ".gnu_debuglink") == 0 && sh[i].sh_size > 1) {
+      const char* link = base + sh[i].sh_offset;
+      if (::strnlen(link, sh[i].sh_size) == sh[i].sh_size) continue;
+      if ((join(dir, "/", link, "") && try_path(candidate)) || (join(dir, "/.debug/", link, "") && try_path(candidate)) ||
+          (join("/usr/lib/debug", dir, "/", link) && try_path(candidate)))
+        return;
+    }
+    if (sh[i].sh_type == SHT_NOTE) {  // NT_GNU_BUILD_ID: namesz, descsz, type, "GNU\0", the id
+      for (std::uint64_t at = sh[i].sh_offset; at + 12 <= sh[i].sh_offset + sh[i].sh_size;) {
+        std::uint32_t word[3];
+        std::memcpy(word, base + at, sizeof word);
+        const std::uint64_t name_at = at + 12, desc_at = name_at + ((word[0] + 3u) & ~3u);
+        const std::uint64_t next = desc_at + ((word[1] + 3u) & ~3u);
+        if (next > sh[i].sh_offset + sh[i].sh_size) break;
+        if (word[2] == NT_GNU_BUILD_ID && word[0] == 4 && std::memcmp(base + name_at, "GNU", 4) == 0 && word[1] >= 2 &&
+            word[1] <= 64) {
+          char hex[2 * 64 + 8];
+          constexpr char digits[] = "0123456789abcdef";
+          std::size_t h = 0;
+          for (std::uint32_t k = 0; k < word[1]; ++k) {
+            const auto byte = static_cast<unsigned char>(base[desc_at + k]);
+            hex[h++] = digits[byte >> 4];
+            hex[h++] = digits[byte & 15];
+            if (k == 0) hex[h++] = '/';
+          }
+          hex[h] = '\0';
+          if (join("/usr/lib/debug/.build-id/", hex, ".debug", "") && try_path(candidate)) return;
+        }
+        at = next;
+      }
+    }
+  }
+}
+
+// Adds the functions of the ELF file `path` (loaded at `bias`) that a filter names: from its
+// .symtab, else from the .symtab of its separate debug file, else from its .dynsym. True when a
+// .symtab was read.
+bool read_module(const char* path, std::uintptr_t bias, bool symtab_only = false) noexcept {
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
+  if (fd < 0) return false;
+  bool had_symtab = false;
   struct stat st {};
   if (::fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(sizeof(Elf64_Ehdr))) {
     void* map = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
@@ -115,14 +184,20 @@ void read_module(const char* path, std::uintptr_t bias) noexcept {
           eh->e_shoff + std::uint64_t{eh->e_shnum} * sizeof(Elf64_Shdr) <= size) {
         const auto* sh = reinterpret_cast<const Elf64_Shdr*>(base + eh->e_shoff);
         // .symtab names every function, local ones too; .dynsym only where there is no .symtab.
-        unsigned wanted = SHT_DYNSYM;
         for (unsigned i = 0; i < eh->e_shnum; ++i) {
-          if (sh[i].sh_type == SHT_SYMTAB) wanted = SHT_SYMTAB;
+          if (sh[i].sh_type == SHT_SYMTAB) had_symtab = true;
         }
-        for (unsigned i = 0; i < eh->e_shnum; ++i) {
+        unsigned wanted = had_symtab ? SHT_SYMTAB : SHT_DYNSYM;
+        if (!had_symtab && !symtab_only) {
+          bool from_debug = false;
+          debug_file_candidates(path, base, size, [&](const char* debug) { return from_debug = read_module(debug, bias, true); });
+          if (from_debug) wanted = 0;  // its .symtab has the exported functions too
+        }
+        for (unsigned i = 0; i < eh->e_shnum && !(symtab_only && !had_symtab); ++i) {
           if (sh[i].sh_type != wanted || sh[i].sh_link >= eh->e_shnum) continue;
           const Elf64_Shdr& strs = sh[sh[i].sh_link];
-          if (sh[i].sh_offset + sh[i].sh_size > size || strs.sh_offset + strs.sh_size > size) continue;
+          if (strs.sh_type == SHT_NOBITS || sh[i].sh_offset + sh[i].sh_size > size || strs.sh_offset + strs.sh_size > size)
+            continue;
           const auto* syms = reinterpret_cast<const Elf64_Sym*>(base + sh[i].sh_offset);
           const std::size_t n = sh[i].sh_size / sizeof(Elf64_Sym);
           for (std::size_t k = 0; k < n; ++k) {
@@ -146,6 +221,7 @@ void read_module(const char* path, std::uintptr_t bias) noexcept {
     }
   }
   ::close(fd);
+  return had_symtab;
 }
 
 int scan_module(dl_phdr_info* info, std::size_t, void*) {

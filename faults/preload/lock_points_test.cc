@@ -148,6 +148,35 @@ TEST(lock_points, faultline_exec_preloads_them_for_a_lock_spec) {
   EXPECT_NE(log.find("robust-child child=137 parent=EOWNERDEAD"), std::string::npos) << log;
 }
 
+// A stripped program whose symbols are in a separate debug file (.gnu_debuglink, as distributions
+// ship them): the filter reads that file's .symtab. Without it, a static function cannot be named.
+TEST(lock_points, a_filter_reads_a_stripped_programs_separate_debug_file) {
+  testing::preload_runner r(preload);
+  const std::string plain = FAULTLINE_LOCK_POINTS_CHILD_PLAIN;
+  const std::string stripped = (r.dir() / "stripped_child").string();
+  const std::string debug = (r.dir() / "stripped_child.debug").string();
+  const std::string make = "objcopy --only-keep-debug " + plain + " " + debug + " && objcopy --strip-all --add-gnu-debuglink=" +
+                           debug + " " + plain + " " + stripped;
+  if (std::system(("command -v objcopy > /dev/null && " + make).c_str()) != 0) GTEST_SKIP() << "objcopy is not installed";
+  auto f = r.run("lock/mutex/acquired@worker_step=kill", {stripped, "robust-child-static"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "robust-child-static child=137 parent=EOWNERDEAD\n");
+  // The command reads the same tables: it accepts the filter, and refuses it once they are gone.
+  const auto exec_code = [&] {
+    const std::string cmd = std::string(FAULTLINE_CLI) + " exec --out " + (r.dir() / "campaign").string() +
+                            " --faults 'lock/mutex/acquired@worker_step=kill' -- " + stripped +
+                            " robust-child-static > /dev/null 2>&1";
+    const int status = std::system(cmd.c_str());
+    std::filesystem::remove_all(r.dir() / "campaign");
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(exec_code(), 0);
+  std::filesystem::remove(debug);
+  auto g = r.run("lock/mutex/acquired@worker_step=kill", {stripped, "robust-child-static"});
+  EXPECT_EQ(g.out, "robust-child-static child=0 parent=EOWNERDEAD\n");
+  EXPECT_EQ(exec_code(), 2) << "a usage error: worker_step is in no symbol table left";
+}
+
 // Issue 28: a filter or fn/ point naming a function the program has nowhere is a usage error
 // before run 1 (exit 2, nothing run), with the nearest name; one it has (a static function of a
 // program built without exports, or one in a library it links) runs.

@@ -142,8 +142,51 @@ struct elf_facts {
   std::vector<std::string> rpath, runpath;
 };
 
-// Reads `path`'s function names into `names`; nullopt when it is not a readable ELF file.
-std::optional<elf_facts> read_elf(const fs::path& path, std::set<std::string>& names) {
+std::optional<elf_facts> read_elf(const fs::path& path, std::set<std::string>& names, bool debug_file = false);
+
+// Where the separate debug file of `elf` (read from `path`) may be, in the order gdb looks (as the
+// lock/ filters do, faults/preload/lock_points.cc): its .gnu_debuglink beside it, in .debug/,
+// under /usr/lib/debug/DIR/, then /usr/lib/debug/.build-id/NN/REST.debug.
+std::vector<fs::path> debug_candidates(Elf* elf, const fs::path& path) {
+  std::vector<fs::path> out;
+  std::size_t names_index = 0;
+  if (elf_getshdrstrndx(elf, &names_index) != 0) return out;
+  const fs::path dir = fs::absolute(path).parent_path();
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
+    const char* name = elf_strptr(elf, names_index, shdr.sh_name);
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (name == nullptr || data == nullptr || data->d_buf == nullptr) continue;
+    if (std::strcmp(name, ".gnu_debuglink") == 0 && data->d_size > 1) {
+      const auto* link = static_cast<const char*>(data->d_buf);
+      if (::strnlen(link, data->d_size) == data->d_size) continue;
+      out.push_back(dir / link);
+      out.push_back(dir / ".debug" / link);
+      out.push_back(fs::path("/usr/lib/debug" + dir.string()) / link);
+    } else if (shdr.sh_type == SHT_NOTE) {
+      GElf_Nhdr note;
+      std::size_t offset = 0, name_at = 0, desc_at = 0;
+      while ((offset = gelf_getnote(data, offset, &note, &name_at, &desc_at)) > 0) {
+        if (note.n_type != NT_GNU_BUILD_ID || note.n_namesz != 4 || note.n_descsz < 2) continue;
+        const auto* id = static_cast<const unsigned char*>(data->d_buf) + desc_at;
+        std::string hex;
+        constexpr char digits[] = "0123456789abcdef";
+        for (std::size_t k = 0; k < note.n_descsz; ++k) {
+          hex += digits[id[k] >> 4];
+          hex += digits[id[k] & 15];
+          if (k == 0) hex += '/';
+        }
+        out.emplace_back("/usr/lib/debug/.build-id/" + hex + ".debug");
+      }
+    }
+  }
+  return out;
+}
+
+// Reads `path`'s function names into `names` (a debug file: its .symtab only); nullopt when it is
+// not a readable ELF file.
+std::optional<elf_facts> read_elf(const fs::path& path, std::set<std::string>& names, bool debug_file) {
   static std::once_flag once;
   std::call_once(once, [] { elf_version(EV_CURRENT); });
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -153,12 +196,16 @@ std::optional<elf_facts> read_elf(const fs::path& path, std::set<std::string>& n
   if (elf != nullptr && elf_kind(elf) == ELF_K_ELF) {
     out.emplace();
     const fs::path origin = fs::absolute(path).parent_path();
+    bool had_symtab = false;
     for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
       GElf_Shdr shdr;
       if (gelf_getshdr(scn, &shdr) == nullptr) continue;
       Elf_Data* data = elf_getdata(scn, nullptr);
       if (data == nullptr || shdr.sh_entsize == 0) continue;
       const std::size_t count = shdr.sh_size / shdr.sh_entsize;
+      if (data->d_buf == nullptr) continue;  // SHT_NOBITS: a debug file's copy of what it left out
+      if (shdr.sh_type == SHT_SYMTAB) had_symtab = true;
+      if (debug_file && shdr.sh_type != SHT_SYMTAB) continue;
       if (shdr.sh_type == SHT_SYMTAB || shdr.sh_type == SHT_DYNSYM) {
         for (std::size_t i = 0; i < count; ++i) {
           GElf_Sym sym;
@@ -186,6 +233,13 @@ std::optional<elf_facts> read_elf(const fs::path& path, std::set<std::string>& n
             dirs.push_back(dir);
           }
         }
+      }
+    }
+    // A stripped file: the functions its .symtab had are in its separate debug file, if any.
+    if (!had_symtab && !debug_file) {
+      std::error_code ec;
+      for (const auto& candidate : debug_candidates(elf, path)) {
+        if (fs::is_regular_file(candidate, ec) && read_elf(candidate, names, true)) break;
       }
     }
   }

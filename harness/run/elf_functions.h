@@ -22,7 +22,8 @@ namespace faultline::harness {
 /// once per path and kept; safe to call from several threads.
 std::optional<bool> function_covers(const std::filesystem::path& module, std::uint64_t offset);
 
-/// The function names (.symtab and .dynsym, local ones included) of the program `argv0` and of
+/// The function names (.symtab and .dynsym, local ones included; for a stripped file, the .symtab
+/// of its separate debug file where one is found) of the program `argv0` and of
 /// every library the loader would map at its start: LD_PRELOAD, then DT_NEEDED recursively,
 /// found as ld.so finds them (DT_RPATH, LD_LIBRARY_PATH, DT_RUNPATH with $ORIGIN, the
 /// /etc/ld.so.conf.d directories, the system directories). `env` is the program's environment
