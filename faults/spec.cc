@@ -15,20 +15,12 @@ namespace {
 using core::errc;
 using core::status;
 
-constexpr std::string_view expected_action =
-    "expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop)";
-
-constexpr std::array<std::pair<std::string_view, action_kind>, 9> action_names{{
-    {"off", action_kind::off},
-    {"fail", action_kind::fail},
-    {"delay", action_kind::delay},
-    {"pause", action_kind::pause},
-    {"kill", action_kind::kill},
-    {"abort", action_kind::abort},
-    {"teardown", action_kind::teardown},
-    {"print", action_kind::print},
-    {"stop", action_kind::stop},
-}};
+// "expected an action (off, fail, ...)" from the one table of actions (faults/families.h).
+std::string expected_action() {
+  std::string out = "expected an action (";
+  for (const auto& a : action_table) out += std::string(a.name) + (&a == &action_table[std::size(action_table) - 1] ? ")" : ", ");
+  return out;
+}
 
 // Device indices beyond this are certainly typos; the device layer checks the real count.
 constexpr std::uint64_t max_device = 1u << 16;
@@ -213,35 +205,26 @@ class parser {
 
     const std::size_t action_col = pos_;
     std::string_view word = take_while(is_alpha);
-    bool known = false;
-    for (auto [n, k] : action_names) {
-      if (n == word) {
-        t.action.kind = k;
-        known = true;
-      }
-    }
-    if (!known || is_word_char(peek())) return fail_at(action_col, expected_action);
+    const action_description* described = find_action(word);
+    if (described == nullptr || is_word_char(peek())) return fail_at(action_col, expected_action());
+    t.action.kind = described->kind;
 
     skip_space();
     const bool has_args = peek() == '(';
-    switch (t.action.kind) {
-      case action_kind::off:
-      case action_kind::kill:
-      case action_kind::abort:
-      case action_kind::print:
-      case action_kind::stop:
+    switch (described->args) {
+      case action_args::none:
         if (has_args) return fail_here("'" + std::string(word) + "' takes no arguments");
         return t;
-      case action_kind::fail:
+      case action_args::optional_code:
         if (!has_args) return t;  // fail alone: code 1
         break;
-      case action_kind::delay:
+      case action_args::duration:
         if (!has_args) return fail_here("expected '(' after 'delay' (usage: delay(50ms))");
         break;
-      case action_kind::pause:
+      case action_args::rendezvous:
         if (!has_args) return fail_here("expected '(' after 'pause' (usage: pause(name) or pause(name, 5s))");
         break;
-      case action_kind::teardown:
+      case action_args::device:
         if (!has_args) return fail_here("expected '(' after 'teardown' (usage: teardown(0))");
         break;
     }
@@ -401,8 +384,8 @@ std::string format_percent(std::uint32_t ppb) {
 }  // namespace
 
 std::string_view to_string(action_kind kind) noexcept {
-  for (auto [n, k] : action_names) {
-    if (k == kind) return n;
+  for (const auto& a : action_table) {
+    if (a.kind == kind) return a.name;
   }
   return "unknown";
 }

@@ -49,11 +49,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "faults/families.h"
 
 namespace faultline::faults {
-
-/// What a fired term does.
-enum class action_kind { off, fail, delay, pause, kill, abort, teardown, print, stop };
 
 /// The grammar's name of an action ("fail").
 std::string_view to_string(action_kind kind) noexcept;

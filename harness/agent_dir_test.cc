@@ -337,9 +337,9 @@ TEST_F(agent_dir, env_json_names_every_variable_and_makes_the_directory_with_its
   EXPECT_TRUE(fs::exists(run / agent_env_file));
 
   // Shell lines, quoted where the shell needs it; a second batch needs a new directory.
-  auto lines = cli({"agent-env", "--run-dir", (path() / "b").string(), "--faults", "exit/end=delay(5ms);x/y=off", "--late-cuda"});
+  auto lines = cli({"agent-env", "--run-dir", (path() / "b").string(), "--faults", "exit/end=delay(5ms);spawn/parent=off", "--late-cuda"});
   ASSERT_EQ(lines.status, exit_ok) << lines.err;
-  EXPECT_NE(lines.out.find("\nFAULTLINE_FAULTS='exit/end=delay(5ms);x/y=off'\n"), std::string::npos) << lines.out;
+  EXPECT_NE(lines.out.find("\nFAULTLINE_FAULTS='exit/end=delay(5ms);spawn/parent=off'\n"), std::string::npos) << lines.out;
   EXPECT_NE(lines.out.find("\nCUDA_INJECTION64_PATH=" + agent + "\n"), std::string::npos) << lines.out;
   auto again = cli({"agent-env", "--run-dir", run.string()});
   EXPECT_EQ(again.status, exit_usage);
@@ -423,7 +423,7 @@ TEST_F(agent_dir, e2e_a_program_started_with_agent_env_is_reported_crashed) {
 
 TEST_F(agent_dir, e2e_an_exit_point_killed_process_is_no_crash_but_its_point_is_reached) {
   const fs::path run = path() / "run";
-  auto env = testing::run_faultline({"agent-env", "--run-dir", run.string(), "--faults", "exit/end=kill;exit/never-there=off", "--json"});
+  auto env = testing::run_faultline({"agent-env", "--run-dir", run.string(), "--faults", "exit/end=kill;process/start@no-such-program=off", "--json"});
   ASSERT_EQ(env.status, 0) << env.err;
   auto killed = run_with(nlohmann::json::parse(env.out), {testing::program("fl_testdata_pass").string()});
   ASSERT_TRUE(WIFSIGNALED(killed.status)) << killed.status;
@@ -432,7 +432,7 @@ TEST_F(agent_dir, e2e_an_exit_point_killed_process_is_no_crash_but_its_point_is_
   auto report = testing::run_faultline({"agent-report", run.string()});
   EXPECT_EQ(report.status, 0) << report.out << report.err;
   EXPECT_NE(report.out.find("fault point reached: exit/end\n"), std::string::npos) << report.out;
-  EXPECT_NE(report.out.find("warning: fault points no process reached: exit/never-there"), std::string::npos) << report.out;
+  EXPECT_NE(report.out.find("warning: fault points no process reached: process/start@no-such-program"), std::string::npos) << report.out;
 }
 
 }  // namespace

@@ -600,6 +600,13 @@ int cmd_exec(const raw_args& a, std::vector<std::string> cmd, cli_context& ctx) 
   settings s = resolve(a, 1);
   // A program that cannot be started would make every run an `error`: refused before run 1.
   if (auto found = find_program(cmd[0]); !found) throw usage_error{"the command cannot be run: " + found.error().message()};
+  // With the agent preloaded, a program reads only the families' points (faults/families.h): a
+  // misspelt one is refused here, and so is a function the program does not have. Without it
+  // (--no-preload) the program's own fault points (faultline::points) read the spec.
+  if (!a.no_preload) {
+    check_agent_points(*faults::parse(s.faults), spec_reader::program);
+    check_program_points(*faults::parse(s.faults), cmd, s.env);
+  }
   adopt_resumed_options(s);
   variant v;
   v.name = fs::path(cmd[0]).filename().string();
@@ -943,7 +950,7 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
     auto parsed = faults::parse(text);
     if (!parsed) return core::status(core::errc::invalid_argument, "--faults: " + parsed.error().message());
     try {
-      check_agent_points(*parsed);
+      check_agent_points(*parsed, spec_reader::program);
     } catch (const usage_error& e) {
       return core::status(core::errc::invalid_argument, e.message);
     }

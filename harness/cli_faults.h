@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "faults/spec.h"
 
@@ -31,10 +32,27 @@ bool names_lock_points(const faults::spec& spec);
 /// Whether the spec names libfiu's POSIX preload points (posix/, libc/): it is preloaded for them.
 bool names_posix_points(const faults::spec& spec);
 
-/// Throws usage_error ("--faults: ITEM ...") for the first item of `spec` that asks an agent
-/// point for what it cannot do: an action other than off, delay, abort, kill, print or stop
-/// (plus fail where the point takes one, teardown for cuda/), an @filter outside process/start,
-/// spawn/parent and lock/, a wildcard or malformed fn/ point, fail on a CUDA runtime call.
-void check_agent_points(const faults::spec& spec);
+/// Who reads a spec: the catalog's scenarios (run, verify, soak: any name is a scenario's
+/// point, checked by the scenarios), or a user's program (exec, agent-env: only the families of
+/// faults/families.h exist).
+enum class spec_reader { scenarios, program };
+
+/// Throws usage_error ("--faults: ITEM ...") for the first item of `spec` that the families of
+/// faults/families.h (the description the agent reads too) refuse: a point of an agent family that
+/// does not exist (lock/sem/held, posix/io/oc/opne, cuda/cuNoSuchCall; with the nearest valid name
+/// where one is near), for a program any point outside every family (nosuch/x), an action the
+/// point cannot take (fail on a CUDA runtime call, teardown(device) outside cuda/), an @filter
+/// where the point takes none, a wildcard or malformed fn/ point.
+void check_agent_points(const faults::spec& spec, spec_reader reader = spec_reader::scenarios);
+
+/// Throws usage_error for the first item of `spec` that names a function the command `argv` does
+/// not have: an fn/SYMBOL, or a lock/ @FILTER (a name, or a prefix and '*'), found in no
+/// symbol table of the program and the libraries it loads at start (program_function_names,
+/// harness/run/elf_functions.h) of argv[0] and of every program path among the words of its
+/// arguments (sh -c './prog --flag'), with the nearest name where one is near. Nothing is refused
+/// when those tables cannot all be read (a script, a library not found). Functions of libraries
+/// the program dlopens later are not seen (fn/ points cannot reach them either). `env`: the
+/// program's environment ("K=V").
+void check_program_points(const faults::spec& spec, const std::vector<std::string>& argv, const std::vector<std::string>& env);
 
 }  // namespace faultline::harness

@@ -3,6 +3,8 @@
 // version and commit, and README.md's "Command line" section names exactly the options that each
 // command's --help lists.
 #include "harness/cli.h"
+#include "harness/cli_faults.h"
+#include "faults/point_names.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -97,6 +99,43 @@ TEST(cli, refuses_what_the_agents_points_cannot_do) {
   expect_usage_error({"run", "exit/static-pool", "--late-cuda", "--env", "CUDA_INJECTION64_PATH=/opt/profiler.so"},
                      "--late-cuda: CUDA_INJECTION64_PATH is set already");
   expect_usage_error({"exec", "--faults", "fn/lock_shrreg=fail", "--", "true"}, "fn/lock_shrreg takes off, delay, abort, kill, print or stop, not fail");
+}
+
+// Issue 28: a misspelt point of a program's families was accepted, ran, and was only reported
+// "never reached". Each is refused before run 1, naming the item and the nearest valid name.
+TEST(cli, refuses_misspelt_points_before_any_run) {
+  expect_usage_error({"exec", "--faults", "lock/sem/held=kill", "--", "true"},
+                     "lock/sem/held: no such point; expected lock/<sem|mutex|file>/<wait|acquired|release> (did you mean lock/sem/wait?)");
+  expect_usage_error({"exec", "--faults", "lock/bogus/wait=kill", "--", "true"}, "lock/bogus/wait: no such point");
+  expect_usage_error({"exec", "--faults", "nosuch/x=kill", "--", "true"}, "nosuch/x: no such family of points");
+  expect_usage_error({"exec", "--faults", "exit/ned=kill", "--", "true"}, "(did you mean exit/end?)");
+  expect_usage_error({"exec", "--faults", "process/strat=delay(1ms)", "--", "true"}, "(did you mean process/start?)");
+  expect_usage_error({"exec", "--faults", "lock/sem/bogus*=kill", "--", "true"}, "lock/sem/bogus*: no such point");
+  expect_usage_error({"agent-env", "--run-dir", "/tmp/faultline-cli-test-unused", "--faults", "nosuch/x=kill"}, "nosuch/x: no such family of points");
+  // Agent families are checked for scenarios too; other names are the scenarios' own points.
+  expect_usage_error({"run", "--all", "--faults", "exit/ned=kill"}, "exit/ned: no such point");
+}
+
+TEST(cli, refuses_posix_and_cuda_names_the_build_does_not_know) {
+  if (!faults::has_place_table(*faults::family_of("posix/")))
+    GTEST_SKIP() << "libfiu's fiu_posix_preload.so was not found at build time";
+  expect_usage_error({"exec", "--faults", "posix/io/oc/opne=fail", "--", "true"},
+                     "posix/io/oc/opne: no such point; expected posix/... as libfiu's POSIX preload names it (posix/io/oc/open) (did you mean posix/io/oc/open?)");
+  expect_usage_error({"exec", "--faults", "posix/nosuch/*=fail", "--", "true"}, "posix/nosuch/*: no such point");
+  EXPECT_NO_THROW(harness::check_agent_points(*faults::parse("posix/io/*=fail(EIO);libc/mm/malloc=fail"),
+                                              harness::spec_reader::program));
+  if (!faults::has_place_table(*faults::family_of("cuda/cu"))) GTEST_SKIP() << "no CUDA headers at build time";
+  expect_usage_error({"exec", "--faults", "cuda/cuNoSuchCall=kill", "--", "true"}, "cuda/cuNoSuchCall: no such point");
+  expect_usage_error({"exec", "--faults", "cuda/cudaFre=delay(1ms)", "--", "true"}, "(did you mean cuda/cudaFree?)");
+  EXPECT_NO_THROW(harness::check_agent_points(
+      *faults::parse("cuda/cuMemFree_v2=kill;cuda/cudaFree=delay(1ms);cuda/cuMem*=fail;cuda/cuMemcpy_ptds=kill"),
+      harness::spec_reader::program));
+}
+
+TEST(cli, scenario_specs_keep_their_own_points) {
+  EXPECT_NO_THROW(harness::check_agent_points(*faults::parse("sim/*=5%fail(ENOMEM);c/never=print;s*=delay(1ms)")));
+  EXPECT_THROW(harness::check_agent_points(*faults::parse("c/never=print"), harness::spec_reader::program),
+               harness::usage_error);
 }
 
 TEST(cli, rejects_an_unknown_stack_method) {

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "faults/families.h"
 #include "faults/preload/agent.h"
 #include "faults/preload/detail/plan_table.h"
 #include "faults/preload/detail/points.h"
@@ -452,19 +453,13 @@ namespace faultline::agent::cuda_points {
 
 bool install(const char* spec) noexcept {
   if (spec == nullptr || std::strlen(spec) > max_spec) return false;
-  // Any item whose pattern could cover a cuda/ name: "cuda/...", or a wildcard "cu*", "*".
+  // Any item whose pattern could cover a cuda/ name, and one that covers a runtime function: the
+  // families' table (faults/families.h).
   bool any = false, runtime = false;
   detail::for_each_item(spec, [&](const char* at, std::size_t n) {
-    const bool wild = at[n - 1] == '*';
-    const std::size_t prefix = wild ? n - 1 : n;
-    constexpr char cuda[] = "cuda/";
-    constexpr char cudart[] = "cuda/cuda";
-    const std::size_t c = std::min(prefix, sizeof cuda - 1);
-    if (std::strncmp(at, cuda, c) == 0 && (wild || prefix >= sizeof cuda - 1)) {
-      any = true;
-      const std::size_t r = std::min(prefix, sizeof cudart - 1);
-      if (std::strncmp(at, cudart, r) == 0 && (wild || prefix >= sizeof cudart - 1)) runtime = true;
-    }
+    const std::string_view pattern(at, n);
+    any = any || faultline::faults::pattern_reaches(pattern, faultline::faults::injector::cuda);
+    runtime = runtime || faultline::faults::pattern_reaches(pattern, faultline::faults::family_named("cuda/cuda"));
   });
   if (!any) return false;
   std::memcpy(spec_copy, spec, std::strlen(spec) + 1);

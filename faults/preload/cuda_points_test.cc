@@ -117,7 +117,7 @@ TEST_F(cuda_points, an_item_naming_no_call_made_is_never_reached) {
 TEST_F(cuda_points, faultline_exec_runs_them_and_names_items_never_reached) {
   const std::string out = (dir_ / "campaign").string();
   const std::string cmd = std::string(FAULTLINE_CLI) + " exec --json --repeat 2 --out " + out +
-                          " --faults 'cuda/cuMemFree_v2=kill;cuda/cuNever=fail' -- " + child_program + " " +
+                          " --faults 'cuda/cuMemFree_v2=kill;cuda/cuMemsetD8_v2=fail' -- " + child_program + " " +
                           fake_driver + " alloc free > " + (dir_ / "summary.json").string() + " 2>/dev/null";
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status));
@@ -125,7 +125,7 @@ TEST_F(cuda_points, faultline_exec_runs_them_and_names_items_never_reached) {
   const std::string summary = slurp(dir_ / "summary.json");
   EXPECT_NE(summary.find("SIGKILL"), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"crash\":2"), std::string::npos) << summary;
-  EXPECT_NE(summary.find("\"points_never_reached\":[\"cuda/cuNever\"]"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"points_never_reached\":[\"cuda/cuMemsetD8_v2\"]"), std::string::npos) << summary;
 }
 
 // --late-cuda: every driver function gets a stub that, once main has returned, calls it and records

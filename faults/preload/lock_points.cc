@@ -5,6 +5,10 @@
 #include "faults/preload/lock_points.h"
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -13,12 +17,15 @@
 #include <unistd.h>
 #include <unwind.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
+#include "faults/families.h"
 #include "faults/preload/detail/next_symbol.h"
 #include "faults/preload/detail/plan_table.h"
 #include "faults/preload/preload_points.h"
@@ -44,28 +51,248 @@ bool shared(const sem_t* s) noexcept {
 }
 bool shared(const pthread_mutex_t* m) noexcept { return (m->__data.__kind & 128) != 0; }
 
-// The names of the caller's first frames (from the dynamic symbol tables), for filters.
+// The functions lock/ filters name, found as fn/ points find theirs (fn_points.cc): in the ELF
+// symbol tables (.symtab, else .dynsym) of the program and its libraries, so that static and
+// hidden functions are seen (dladdr sees exported ones only). Each loaded module is read once,
+// when first met (all of them at install, a dlopen'ed one when a frame first falls in it); the
+// hot path only compares a frame's address with the spans found, and never allocates.
+constexpr unsigned max_filters = 16;
+constexpr unsigned max_filter_chars = 127;
+constexpr unsigned max_spans = 256;
+constexpr unsigned max_modules = 128;
+
+struct filter_text {
+  char text[max_filter_chars + 1] = {};  // a name, or a prefix and '*'
+};
+filter_text filters[max_filters];
+unsigned filter_count = 0;
+
+// A function a filter names: [start, end) in this process, and its name as the symbol table has it.
+struct function_span {
+  std::uintptr_t start = 0, end = 0;
+  char name[max_filter_chars + 1] = {};
+};
+function_span spans[max_spans];
+std::atomic<unsigned> span_count{0};
+
+// The address ranges of the modules read so far (each PT_LOAD's extent, merged).
+struct module_extent {
+  std::uintptr_t start = 0, end = 0;
+};
+module_extent modules[max_modules];
+std::atomic<unsigned> module_count{0};
+std::atomic_flag scanning = ATOMIC_FLAG_INIT;
+
+bool filter_matches(const char* name) noexcept {
+  for (unsigned i = 0; i < filter_count; ++i) {
+    const char* f = filters[i].text;
+    const std::size_t n = std::strlen(f);
+    if (n > 0 && f[n - 1] == '*' ? std::strncmp(f, name, n - 1) == 0 : std::strcmp(f, name) == 0) return true;
+  }
+  return false;
+}
+
+bool in_known_module(std::uintptr_t ip) noexcept {
+  const unsigned n = module_count.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < n; ++i) {
+    if (ip >= modules[i].start && ip < modules[i].end) return true;
+  }
+  return false;
+}
+
+constexpr std::size_t max_path = 4096;
+
+// Where the separate debug file of the ELF image [base, base + size), read from `path`, may be,
+// in the order gdb looks: its .gnu_debuglink beside it, in .debug/ beside it, under
+// /usr/lib/debug/ and its directory; then /usr/lib/debug/.build-id/NN/REST.debug. Calls
+// `try_path` with each candidate until it returns true.
+template <class F>
+void debug_file_candidates(const char* path, const char* base, std::uint64_t size, F&& try_path) noexcept {
+  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(base);
+  const auto* sh = reinterpret_cast<const Elf64_Shdr*>(base + eh->e_shoff);
+  if (eh->e_shstrndx >= eh->e_shnum) return;
+  const Elf64_Shdr& names = sh[eh->e_shstrndx];
+  char dir[max_path] = {};
+  if (std::strcmp(path, "/proc/self/exe") == 0) {
+    const ssize_t n = ::readlink(path, dir, sizeof dir - 1);
+    if (n <= 0) return;
+    dir[n] = '\0';
+  } else if (std::strlen(path) < sizeof dir) {
+    std::strcpy(dir, path);
+  }
+  if (char* slash = std::strrchr(dir, '/')) *slash = '\0';
+  char candidate[max_path];
+  const auto join = [&](const char* a, const char* b, const char* c, const char* d) {
+    const std::size_t n = std::strlen(a) + std::strlen(b) + std::strlen(c) + std::strlen(d);
+    if (n >= sizeof candidate) return false;
+    candidate[0] = '\0';
+    std::strcat(std::strcat(std::strcat(std::strcat(candidate, a), b), c), d);
+    return true;
+  };
+  for (unsigned i = 0; i < eh->e_shnum; ++i) {
+    if (names.sh_offset + sh[i].sh_name >= size || sh[i].sh_offset + sh[i].sh_size > size) continue;
+    const char* section = base + names.sh_offset + sh[i].sh_name;
+    if (std::strcmp(section, ".gnu_debuglink") == 0 && sh[i].sh_size > 1) {
+      const char* link = base + sh[i].sh_offset;
+      if (::strnlen(link, sh[i].sh_size) == sh[i].sh_size) continue;
+      if ((join(dir, "/", link, "") && try_path(candidate)) || (join(dir, "/.debug/", link, "") && try_path(candidate)) ||
+          (join("/usr/lib/debug", dir, "/", link) && try_path(candidate)))
+        return;
+    }
+    if (sh[i].sh_type == SHT_NOTE) {  // NT_GNU_BUILD_ID: namesz, descsz, type, "GNU\0", the id
+      for (std::uint64_t at = sh[i].sh_offset; at + 12 <= sh[i].sh_offset + sh[i].sh_size;) {
+        std::uint32_t word[3];
+        std::memcpy(word, base + at, sizeof word);
+        const std::uint64_t name_at = at + 12, desc_at = name_at + ((word[0] + 3u) & ~3u);
+        const std::uint64_t next = desc_at + ((word[1] + 3u) & ~3u);
+        if (next > sh[i].sh_offset + sh[i].sh_size) break;
+        if (word[2] == NT_GNU_BUILD_ID && word[0] == 4 && std::memcmp(base + name_at, "GNU", 4) == 0 && word[1] >= 2 &&
+            word[1] <= 64) {
+          char hex[2 * 64 + 8];
+          constexpr char digits[] = "0123456789abcdef";
+          std::size_t h = 0;
+          for (std::uint32_t k = 0; k < word[1]; ++k) {
+            const auto byte = static_cast<unsigned char>(base[desc_at + k]);
+            hex[h++] = digits[byte >> 4];
+            hex[h++] = digits[byte & 15];
+            if (k == 0) hex[h++] = '/';
+          }
+          hex[h] = '\0';
+          if (join("/usr/lib/debug/.build-id/", hex, ".debug", "") && try_path(candidate)) return;
+        }
+        at = next;
+      }
+    }
+  }
+}
+
+// Adds the functions of the ELF file `path` (loaded at `bias`) that a filter names: from its
+// .symtab, else from the .symtab of its separate debug file, else from its .dynsym. True when a
+// .symtab was read.
+bool read_module(const char* path, std::uintptr_t bias, bool symtab_only = false) noexcept {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool had_symtab = false;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(sizeof(Elf64_Ehdr))) {
+    void* map = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map != MAP_FAILED) {
+      const auto* base = static_cast<const char*>(map);
+      const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(base);
+      const auto size = static_cast<std::uint64_t>(st.st_size);
+      if (std::memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
+          eh->e_shoff + std::uint64_t{eh->e_shnum} * sizeof(Elf64_Shdr) <= size) {
+        const auto* sh = reinterpret_cast<const Elf64_Shdr*>(base + eh->e_shoff);
+        // .symtab names every function, local ones too; .dynsym only where there is no .symtab.
+        for (unsigned i = 0; i < eh->e_shnum; ++i) {
+          if (sh[i].sh_type == SHT_SYMTAB) had_symtab = true;
+        }
+        unsigned wanted = had_symtab ? SHT_SYMTAB : SHT_DYNSYM;
+        if (!had_symtab && !symtab_only) {
+          bool from_debug = false;
+          debug_file_candidates(path, base, size, [&](const char* debug) { return from_debug = read_module(debug, bias, true); });
+          if (from_debug) wanted = 0;  // its .symtab has the exported functions too
+        }
+        for (unsigned i = 0; i < eh->e_shnum && !(symtab_only && !had_symtab); ++i) {
+          if (sh[i].sh_type != wanted || sh[i].sh_link >= eh->e_shnum) continue;
+          const Elf64_Shdr& strs = sh[sh[i].sh_link];
+          if (strs.sh_type == SHT_NOBITS || sh[i].sh_offset + sh[i].sh_size > size || strs.sh_offset + strs.sh_size > size)
+            continue;
+          const auto* syms = reinterpret_cast<const Elf64_Sym*>(base + sh[i].sh_offset);
+          const std::size_t n = sh[i].sh_size / sizeof(Elf64_Sym);
+          for (std::size_t k = 0; k < n; ++k) {
+            const unsigned type = ELF64_ST_TYPE(syms[k].st_info);
+            if ((type != STT_FUNC && type != STT_GNU_IFUNC) || syms[k].st_value == 0 || syms[k].st_shndx == SHN_UNDEF ||
+                syms[k].st_name >= strs.sh_size)
+              continue;
+            const char* name = base + strs.sh_offset + syms[k].st_name;
+            if (std::strlen(name) > max_filter_chars || !filter_matches(name)) continue;
+            const unsigned at = span_count.load(std::memory_order_relaxed);
+            if (at == max_spans) break;
+            function_span& f = spans[at];
+            f.start = bias + syms[k].st_value;
+            f.end = f.start + (syms[k].st_size != 0 ? syms[k].st_size : 1);
+            std::strcpy(f.name, name);
+            span_count.store(at + 1, std::memory_order_release);
+          }
+        }
+      }
+      ::munmap(map, static_cast<std::size_t>(st.st_size));
+    }
+  }
+  ::close(fd);
+  return had_symtab;
+}
+
+int scan_module(dl_phdr_info* info, std::size_t, void*) {
+  const char* path = info->dlpi_name != nullptr && *info->dlpi_name != '\0' ? info->dlpi_name : "/proc/self/exe";
+  std::uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (unsigned i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    lo = std::min<std::uintptr_t>(lo, info->dlpi_addr + ph.p_vaddr);
+    hi = std::max<std::uintptr_t>(hi, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+  }
+  if (lo >= hi || in_known_module(lo)) return 0;
+  const unsigned m = module_count.load(std::memory_order_relaxed);
+  if (m == max_modules) return 1;
+  if (std::strstr(path, "linux-vdso") == nullptr) read_module(path, info->dlpi_addr);
+  modules[m] = {lo, hi};
+  module_count.store(m + 1, std::memory_order_release);
+  return 0;
+}
+
+// Reads the modules loaded since the last scan. One thread scans at a time; another one asking
+// meanwhile goes on without (its frame is not named this once).
+void scan_modules() noexcept {
+  if (scanning.test_and_set(std::memory_order_acquire)) return;
+  ::dl_iterate_phdr(&scan_module, nullptr);
+  scanning.clear(std::memory_order_release);
+}
+
+// The names of the caller's first frames that filters name, for plan_point's filters.
 struct frames {
   static constexpr int depth = 10;
   const char* names[depth + 1] = {};
   int count = 0;
+  bool unknown_module = false;  // a frame in a module not read yet (loaded by dlopen)
+  int seen = 0;
 };
 
 _Unwind_Reason_Code collect(_Unwind_Context* context, void* arg) {
   auto* f = static_cast<frames*>(arg);
   const std::uintptr_t ip = _Unwind_GetIP(context);
-  if (ip == 0 || f->count == frames::depth) return _URC_END_OF_STACK;
-  Dl_info info{};
-  if (::dladdr(reinterpret_cast<void*>(ip - 1), &info) != 0 && info.dli_sname != nullptr) {
-    f->names[f->count++] = info.dli_sname;
+  if (ip == 0 || f->seen == frames::depth) return _URC_END_OF_STACK;
+  ++f->seen;
+  const unsigned n = span_count.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < n; ++i) {
+    if (ip - 1 >= spans[i].start && ip - 1 < spans[i].end) {
+      f->names[f->count++] = spans[i].name;
+      return _URC_NO_REASON;
+    }
   }
+  // Outside every module read: a library loaded since (dladdr knows it), or code of no module (JIT).
+  Dl_info info{};
+  // (With the table of modules full, nothing more can be read: no rescan.)
+  if (module_count.load(std::memory_order_relaxed) < max_modules && !in_known_module(ip - 1) &&
+      ::dladdr(reinterpret_cast<void*>(ip - 1), &info) != 0)
+    f->unknown_module = true;
   return _URC_NO_REASON;
+}
+
+void read_callers(frames& f) noexcept {
+  _Unwind_Backtrace(&collect, &f);
+  if (f.unknown_module) {  // a module loaded since: read it, then look again
+    scan_modules();
+    f = frames{};
+    _Unwind_Backtrace(&collect, &f);
+  }
 }
 
 // One hit of `point`: the errno to fail with (wait points), else 0.
 int hit(const char* point) noexcept {
   frames f;
-  if (with_filters) _Unwind_Backtrace(&collect, &f);
+  if (with_filters) read_callers(f);
   const int item = items.find(spec_copy, point, with_filters ? f.names : nullptr);
   if (item < 0) return 0;
   const detail::point_term t = items.hit(item, &preload::draw, &preload::record_reached);
@@ -127,14 +354,23 @@ void resolve() noexcept {
   const char* spec = std::getenv("FAULTLINE_FAULTS");
   const char* dir = std::getenv("FAULTLINE_RUN_DIR");
   if (spec == nullptr || dir == nullptr || *dir == '\0' || std::strlen(spec) > max_spec) return;
-  if (std::strstr(spec, "lock/") == nullptr) return;
+  if (!faultline::faults::spec_reaches(spec, faultline::faults::injector::lock)) return;
   std::memcpy(spec_copy, spec, std::strlen(spec) + 1);
-  // A filter on a lock item: "lock/...@name". Other items' filters do not make frames worth reading.
-  for (const char* at = std::strstr(spec_copy, "lock/"); at != nullptr; at = std::strstr(at + 1, "lock/")) {
-    const char* end = std::strpbrk(at, "=;");
-    const char* filter = std::strchr(at, '@');
-    if (filter != nullptr && (end == nullptr || filter < end)) with_filters = true;
-  }
+  // The filters of lock items ("lock/...@name"): their functions are looked up in the symbol
+  // tables. Other items' filters do not make frames worth reading.
+  faultline::faults::for_each_pattern(spec_copy, [](std::string_view pattern) {
+    const std::size_t at = pattern.find('@');
+    if (at == std::string_view::npos || filter_count == max_filters ||
+        !faultline::faults::pattern_reaches(pattern, faultline::faults::injector::lock))
+      return;
+    const std::size_t n = pattern.size() - at - 1;
+    if (n == 0 || n > max_filter_chars) return;
+    std::memcpy(filters[filter_count].text, pattern.data() + at + 1, n);
+    filters[filter_count].text[n] = '\0';
+    ++filter_count;
+  });
+  with_filters = filter_count > 0;
+  if (with_filters) scan_modules();
   preload::open_points_file(dir);
   preload::seed_points(std::getenv("FAULTLINE_SEED"));
   active = true;

@@ -13,8 +13,11 @@
 //   file   flock, lockf, fcntl/fcntl64 record locks (F_SETLK[W], F_OFD_SETLK[W])
 // Only objects another process can wait on are points: a process-shared semaphore (sem_open's,
 // or sem_init with pshared), a process-shared mutex, every file lock; a thread-private mutex or
-// semaphore is passed through untouched. A filter names a function among the caller's frames (its
-// name in the symbol table: lock/sem/acquired@lock_shrreg; a trailing '*' takes a prefix).
+// semaphore is passed through untouched. A filter names a function among the caller's first 10 frames
+// (its name in the ELF symbol table: .symtab, else the .symtab of the separate debug file a
+// stripped module names (.gnu_debuglink, build id), else .dynsym; so static and hidden functions count: lock/sem/acquired@lock_shrreg; a trailing '*' takes a prefix; C++
+// functions by their mangled name). Each module's table is read once: at start for the modules
+// loaded then, for a dlopen'ed one when a frame first falls in it.
 // Calls libc makes inside itself are not seen. x86-64 glibc (the process-shared tests read
 // glibc's sem_t and pthread_mutex_t layouts).
 #pragma once

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -100,6 +102,22 @@ TEST(lock_points, kill_at_acquired_leaves_the_lock_to_a_dead_holder) {
   EXPECT_EQ(g.out, "robust-child child=0 parent=EOWNERDEAD\n");
 }
 
+// Issue 28: the filter read only what dladdr sees (exported symbols), so on a program built the
+// ordinary way, naming a static function, it never fired. It reads the symbol tables as fn/ does.
+TEST(lock_points, a_filter_finds_a_static_function_of_a_program_built_without_exports) {
+  testing::preload_runner r(preload);
+  const std::string plain = FAULTLINE_LOCK_POINTS_CHILD_PLAIN;
+  auto f = r.run("lock/mutex/acquired@worker_step=kill", {plain, "robust-child-static"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "robust-child-static child=137 parent=EOWNERDEAD\n");
+  // An exported function of the same program is found too, and a prefix filter.
+  auto g = r.run("lock/mutex/acquired@held_by*=kill", {plain, "robust-child"});
+  EXPECT_EQ(g.out, "robust-child child=137 parent=EOWNERDEAD\n");
+  // The filter still narrows: the parent's lock (in main) is not killed.
+  auto h = r.run("lock/mutex/acquired@no_such_caller=kill", {plain, "robust-child-static"});
+  EXPECT_EQ(h.out, "robust-child-static child=0 parent=EOWNERDEAD\n");
+}
+
 TEST(lock_points, delay_at_release_holds_the_lock_longer) {
   testing::preload_runner r(preload);
   auto f = r.run("lock/sem/release=delay(300ms)", {child_program, "sem-private", "sem-shared"});
@@ -128,6 +146,67 @@ TEST(lock_points, faultline_exec_preloads_them_for_a_lock_spec) {
   std::string log;
   for (const auto& e : std::filesystem::directory_iterator(out + "/logs")) log += testing::slurp(e.path());
   EXPECT_NE(log.find("robust-child child=137 parent=EOWNERDEAD"), std::string::npos) << log;
+}
+
+// A stripped program whose symbols are in a separate debug file (.gnu_debuglink, as distributions
+// ship them): the filter reads that file's .symtab. Without it, a static function cannot be named.
+TEST(lock_points, a_filter_reads_a_stripped_programs_separate_debug_file) {
+  testing::preload_runner r(preload);
+  const std::string plain = FAULTLINE_LOCK_POINTS_CHILD_PLAIN;
+  const std::string stripped = (r.dir() / "stripped_child").string();
+  const std::string debug = (r.dir() / "stripped_child.debug").string();
+  const std::string make = "objcopy --only-keep-debug " + plain + " " + debug + " && objcopy --strip-all --add-gnu-debuglink=" +
+                           debug + " " + plain + " " + stripped;
+  if (std::system(("command -v objcopy > /dev/null && " + make).c_str()) != 0) GTEST_SKIP() << "objcopy is not installed";
+  auto f = r.run("lock/mutex/acquired@worker_step=kill", {stripped, "robust-child-static"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "robust-child-static child=137 parent=EOWNERDEAD\n");
+  // The command reads the same tables: it accepts the filter, and refuses it once they are gone.
+  const auto exec_code = [&] {
+    const std::string cmd = std::string(FAULTLINE_CLI) + " exec --out " + (r.dir() / "campaign").string() +
+                            " --faults 'lock/mutex/acquired@worker_step=kill' -- " + stripped +
+                            " robust-child-static > /dev/null 2>&1";
+    const int status = std::system(cmd.c_str());
+    std::filesystem::remove_all(r.dir() / "campaign");
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(exec_code(), 0);
+  std::filesystem::remove(debug);
+  auto g = r.run("lock/mutex/acquired@worker_step=kill", {stripped, "robust-child-static"});
+  EXPECT_EQ(g.out, "robust-child-static child=0 parent=EOWNERDEAD\n");
+  EXPECT_EQ(exec_code(), 2) << "a usage error: worker_step is in no symbol table left";
+}
+
+// Issue 28: a filter or fn/ point naming a function the program has nowhere is a usage error
+// before run 1 (exit 2, nothing run), with the nearest name; one it has (a static function of a
+// program built without exports, or one in a library it links) runs.
+TEST(lock_points, faultline_exec_refuses_functions_the_program_does_not_have) {
+  testing::preload_runner r(preload);
+  const std::string plain = FAULTLINE_LOCK_POINTS_CHILD_PLAIN;
+  const auto exec = [&](const std::string& spec, const std::string& command) {
+    const std::string out = (r.dir() / "campaign").string();
+    const std::string err = (r.dir() / "err.txt").string();
+    const std::string cmd = std::string(FAULTLINE_CLI) + " exec --out " + out + " --faults '" + spec + "' -- " + command +
+                            " > /dev/null 2> " + err;
+    const int status = std::system(cmd.c_str());
+    std::filesystem::remove_all(out);
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, testing::slurp(err));
+  };
+  auto [code, err] = exec("lock/mutex/acquired@worker_stpe=kill", plain + " robust-child-static");
+  EXPECT_EQ(code, 2) << err;
+  EXPECT_NE(err.find("lock/mutex/acquired@worker_stpe: no function worker_stpe in " + plain), std::string::npos) << err;
+  EXPECT_NE(err.find("(did you mean worker_step?)"), std::string::npos) << err;
+  std::tie(code, err) = exec("fn/no_such_fn=kill", plain + " robust-child-static");
+  EXPECT_EQ(code, 2) << err;
+  EXPECT_NE(err.find("fn/no_such_fn: no function no_such_fn"), std::string::npos) << err;
+  // Through a launcher: the program among its arguments is read too.
+  std::tie(code, err) = exec("lock/*@nope*=kill", "sh -c \"" + plain + " robust-child-static\"");
+  EXPECT_EQ(code, 2) << err;
+  for (const char* spec : {"lock/mutex/acquired@worker_step=kill", "lock/mutex/acquired@held_by*=kill",
+                           "fn/worker_step=print", "fn/malloc=print"}) {
+    std::tie(code, err) = exec(spec, plain + " robust-child-static");
+    EXPECT_EQ(code, 0) << spec << "\n" << err;
+  }
 }
 
 }  // namespace

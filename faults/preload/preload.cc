@@ -32,6 +32,7 @@
 #include <cerrno>
 #include <climits>
 
+#include "faults/families.h"
 #include "faults/random.h"
 #include "core/host_ids.h"
 #include "faults/preload/agent.h"
@@ -104,12 +105,13 @@ exit_fn next_exit() {
   detail::plan_point(spec, "exit/end", exit_end_plan);
 #if FAULTLINE_CUDA_POINTS
   const bool cuda = faultline::agent::cuda_points::install(spec);
-  const bool spawn = std::strstr(spec, "spawn/") != nullptr || std::strstr(spec, "process/") != nullptr;
+  const bool spawn = faultline::faults::spec_reaches(spec, faultline::faults::injector::spawn);
 #else
   const bool cuda = false, spawn = false;
 #endif
-  const bool posix = std::strstr(spec, "posix/") != nullptr || std::strstr(spec, "libc/") != nullptr;
-  const bool fn = std::strstr(spec, "fn/") != nullptr;
+  // Which injectors the spec needs: the families' table (faults/families.h).
+  const bool posix = faultline::faults::spec_reaches(spec, faultline::faults::injector::posix);
+  const bool fn = faultline::faults::spec_reaches(spec, faultline::faults::injector::fn);
   if (exit_start_plan.enabled || exit_end_plan.enabled || cuda || spawn || posix || fn) {
     faultline::agent::preload::open_points_file(faultline::agent::run_dir());
   }

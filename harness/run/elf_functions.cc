@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <gelf.h>
+#include <cstring>
 #include <libelf.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -108,6 +110,213 @@ std::optional<bool> function_covers(const fs::path& module, std::uint64_t offset
     if (address - at->first > (std::uint64_t{1} << 24)) break;  // no function is 16 MiB long
   }
   return false;
+}
+
+namespace {
+
+std::string env_value(const std::vector<std::string>& env, std::string_view key) {
+  for (const auto& kv : env) {
+    if (kv.size() > key.size() && kv.compare(0, key.size(), key) == 0 && kv[key.size()] == '=') return kv.substr(key.size() + 1);
+  }
+  return {};
+}
+
+std::vector<std::string> split(const std::string& text, std::string_view separators) {
+  std::vector<std::string> out;
+  std::string part;
+  for (char c : text) {
+    if (separators.find(c) != std::string_view::npos) {
+      if (!part.empty()) out.push_back(part);
+      part.clear();
+    } else {
+      part += c;
+    }
+  }
+  if (!part.empty()) out.push_back(part);
+  return out;
+}
+
+// One ELF file's function names, and what it needs of the loader.
+struct elf_facts {
+  std::vector<std::string> needed;
+  std::vector<std::string> rpath, runpath;
+};
+
+std::optional<elf_facts> read_elf(const fs::path& path, std::set<std::string>& names, bool debug_file = false);
+
+// Where the separate debug file of `elf` (read from `path`) may be, in the order gdb looks (as the
+// lock/ filters do, faults/preload/lock_points.cc): its .gnu_debuglink beside it, in .debug/,
+// under /usr/lib/debug/DIR/, then /usr/lib/debug/.build-id/NN/REST.debug.
+std::vector<fs::path> debug_candidates(Elf* elf, const fs::path& path) {
+  std::vector<fs::path> out;
+  std::size_t names_index = 0;
+  if (elf_getshdrstrndx(elf, &names_index) != 0) return out;
+  const fs::path dir = fs::absolute(path).parent_path();
+  for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
+    const char* name = elf_strptr(elf, names_index, shdr.sh_name);
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (name == nullptr || data == nullptr || data->d_buf == nullptr) continue;
+    if (std::strcmp(name, ".gnu_debuglink") == 0 && data->d_size > 1) {
+      const auto* link = static_cast<const char*>(data->d_buf);
+      if (::strnlen(link, data->d_size) == data->d_size) continue;
+      out.push_back(dir / link);
+      out.push_back(dir / ".debug" / link);
+      out.push_back(fs::path("/usr/lib/debug" + dir.string()) / link);
+    } else if (shdr.sh_type == SHT_NOTE) {
+      GElf_Nhdr note;
+      std::size_t offset = 0, name_at = 0, desc_at = 0;
+      while ((offset = gelf_getnote(data, offset, &note, &name_at, &desc_at)) > 0) {
+        if (note.n_type != NT_GNU_BUILD_ID || note.n_namesz != 4 || note.n_descsz < 2) continue;
+        const auto* id = static_cast<const unsigned char*>(data->d_buf) + desc_at;
+        std::string hex;
+        constexpr char digits[] = "0123456789abcdef";
+        for (std::size_t k = 0; k < note.n_descsz; ++k) {
+          hex += digits[id[k] >> 4];
+          hex += digits[id[k] & 15];
+          if (k == 0) hex += '/';
+        }
+        out.emplace_back("/usr/lib/debug/.build-id/" + hex + ".debug");
+      }
+    }
+  }
+  return out;
+}
+
+// Reads `path`'s function names into `names` (a debug file: its .symtab only); nullopt when it is
+// not a readable ELF file.
+std::optional<elf_facts> read_elf(const fs::path& path, std::set<std::string>& names, bool debug_file) {
+  static std::once_flag once;
+  std::call_once(once, [] { elf_version(EV_CURRENT); });
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  Elf* elf = elf_begin(fd, ELF_C_READ_MMAP, nullptr);
+  std::optional<elf_facts> out;
+  if (elf != nullptr && elf_kind(elf) == ELF_K_ELF) {
+    out.emplace();
+    const fs::path origin = fs::absolute(path).parent_path();
+    bool had_symtab = false;
+    for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
+      GElf_Shdr shdr;
+      if (gelf_getshdr(scn, &shdr) == nullptr) continue;
+      Elf_Data* data = elf_getdata(scn, nullptr);
+      if (data == nullptr || shdr.sh_entsize == 0) continue;
+      const std::size_t count = shdr.sh_size / shdr.sh_entsize;
+      if (data->d_buf == nullptr) continue;  // SHT_NOBITS: a debug file's copy of what it left out
+      if (shdr.sh_type == SHT_SYMTAB) had_symtab = true;
+      if (debug_file && shdr.sh_type != SHT_SYMTAB) continue;
+      if (shdr.sh_type == SHT_SYMTAB || shdr.sh_type == SHT_DYNSYM) {
+        for (std::size_t i = 0; i < count; ++i) {
+          GElf_Sym sym;
+          if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
+          const int type = GELF_ST_TYPE(sym.st_info);
+          if ((type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF) continue;
+          if (const char* n = elf_strptr(elf, shdr.sh_link, sym.st_name); n != nullptr && *n != '\0') names.insert(n);
+        }
+      } else if (shdr.sh_type == SHT_DYNAMIC) {
+        for (std::size_t i = 0; i < count; ++i) {
+          GElf_Dyn dyn;
+          if (gelf_getdyn(data, static_cast<int>(i), &dyn) == nullptr) continue;
+          if (dyn.d_tag != DT_NEEDED && dyn.d_tag != DT_RPATH && dyn.d_tag != DT_RUNPATH) continue;
+          const char* v = elf_strptr(elf, shdr.sh_link, dyn.d_un.d_val);
+          if (v == nullptr) continue;
+          if (dyn.d_tag == DT_NEEDED) {
+            out->needed.emplace_back(v);
+            continue;
+          }
+          auto& dirs = dyn.d_tag == DT_RPATH ? out->rpath : out->runpath;
+          for (std::string dir : split(v, ":")) {
+            for (const char* token : {"$ORIGIN", "${ORIGIN}"}) {
+              if (auto at = dir.find(token); at != std::string::npos) dir.replace(at, std::strlen(token), origin.string());
+            }
+            dirs.push_back(dir);
+          }
+        }
+      }
+    }
+    // A stripped file: the functions its .symtab had are in its separate debug file, if any.
+    if (!had_symtab && !debug_file) {
+      std::error_code ec;
+      for (const auto& candidate : debug_candidates(elf, path)) {
+        if (fs::is_regular_file(candidate, ec) && read_elf(candidate, names, true)) break;
+      }
+    }
+  }
+  if (elf != nullptr) elf_end(elf);
+  ::close(fd);
+  return out;
+}
+
+std::vector<std::string> system_library_dirs() {
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  for (fs::directory_iterator it("/etc/ld.so.conf.d", ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() != ".conf") continue;
+    std::ifstream in(it->path());
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line[0] == '/') dirs.push_back(line.substr(0, line.find_first_of(" \t#")));
+    }
+  }
+  for (const char* d : {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"})
+    dirs.emplace_back(d);
+  return dirs;
+}
+
+}  // namespace
+
+std::optional<std::set<std::string>> program_function_names(const std::string& argv0, const std::vector<std::string>& env) {
+  fs::path program = argv0;
+  std::error_code ec;
+  if (argv0.find('/') == std::string::npos) {
+    program.clear();
+    for (const auto& dir : split(env_value(env, "PATH"), ":")) {
+      const fs::path p = fs::path(dir) / argv0;
+      if (fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0) {
+        program = p;
+        break;
+      }
+    }
+    if (program.empty()) return std::nullopt;
+  }
+  std::set<std::string> names;
+  auto top = read_elf(program, names);
+  if (!top) return std::nullopt;
+  const std::vector<std::string> library_path = split(env_value(env, "LD_LIBRARY_PATH"), ":;");
+  const std::vector<std::string> system = system_library_dirs();
+  std::set<std::string> seen;
+  bool complete = true;
+  // (file to read, the facts of the object that needs it)
+  std::vector<std::pair<std::string, elf_facts>> queue;
+  for (const auto& p : split(env_value(env, "LD_PRELOAD"), ": ")) queue.emplace_back(p, *top);
+  for (const auto& n : top->needed) queue.emplace_back(n, *top);
+  while (!queue.empty() && complete) {
+    auto [name, parent] = std::move(queue.back());
+    queue.pop_back();
+    if (!seen.insert(name).second) continue;
+    std::vector<std::string> dirs;
+    if (name.find('/') == std::string::npos) {
+      if (parent.runpath.empty()) dirs.insert(dirs.end(), parent.rpath.begin(), parent.rpath.end());
+      dirs.insert(dirs.end(), library_path.begin(), library_path.end());
+      dirs.insert(dirs.end(), parent.runpath.begin(), parent.runpath.end());
+      dirs.insert(dirs.end(), system.begin(), system.end());
+    } else {
+      dirs.emplace_back();
+    }
+    bool found = false;
+    for (const auto& dir : dirs) {
+      const fs::path p = dir.empty() ? fs::path(name) : fs::path(dir) / name;
+      if (!fs::is_regular_file(p, ec)) continue;
+      auto facts = read_elf(p, names);
+      if (!facts) continue;
+      for (const auto& n : facts->needed) queue.emplace_back(n, *facts);
+      found = true;
+      break;
+    }
+    if (!found && name.find("ld-linux") == std::string::npos && name.find("linux-vdso") == std::string::npos) complete = false;
+  }
+  if (!complete) return std::nullopt;
+  return names;
 }
 
 }  // namespace faultline::harness

@@ -3,10 +3,13 @@
 #include "harness/run/elf_functions.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -28,6 +31,11 @@ fl_cover_second:
     ret
     .size fl_cover_second, 1
 )");
+
+// A static function of this program: in .symtab only.
+extern "C" {
+[[gnu::noinline, gnu::used]] static int fl_static_only() { return 7; }
+}
 
 namespace faultline::harness {
 namespace {
@@ -59,6 +67,24 @@ TEST(elf_functions, a_module_it_cannot_read_or_that_names_no_function_tells_noth
   std::ofstream(text) << "not an object file\n";
   EXPECT_EQ(function_covers(text, 0x10), std::nullopt);
   fs::remove(text);
+}
+
+// program_function_names: the program's own static functions and those of the libraries it needs
+// (libc's malloc); a script names nothing (what it runs is not known).
+TEST(program_function_names, reads_the_program_and_the_libraries_it_needs) {
+  const std::vector<std::string> env = {"PATH=/usr/bin:/bin"};
+  auto names = program_function_names(fs::read_symlink("/proc/self/exe").string(), env);
+  ASSERT_TRUE(names.has_value());
+  EXPECT_EQ(fl_static_only(), 7);
+  EXPECT_TRUE(names->count("fl_static_only")) << "a static function, in .symtab only";
+  EXPECT_TRUE(names->count("fl_cover_first"));
+  EXPECT_TRUE(names->count("malloc")) << "libc's, through DT_NEEDED";
+  EXPECT_FALSE(names->count("fl_no_such_function"));
+  const fs::path script = fs::temp_directory_path() / ("fl_elf_script_" + std::to_string(::getpid()));
+  std::ofstream(script) << "#!/bin/sh\ntrue\n";
+  EXPECT_FALSE(program_function_names(script.string(), env).has_value());
+  fs::remove(script);
+  EXPECT_FALSE(program_function_names("no-such-program-anywhere", env).has_value());
 }
 
 }  // namespace

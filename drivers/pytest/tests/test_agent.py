@@ -111,7 +111,7 @@ def test_an_exit_point_that_kills_a_child_is_no_crash_but_is_reported_reached(
         import subprocess, sys
         import pytest
 
-        @pytest.mark.faultline_faults("exit/end=kill;no/such-point=off")
+        @pytest.mark.faultline_faults("exit/end=kill;process/start@no-such-program=off")
         def test_kill():
             p = subprocess.run(["python3", "-c", "pass"])
             assert p.returncode == -9  # SIGKILL: no handler runs, no crash report
@@ -121,12 +121,12 @@ def test_an_exit_point_that_kills_a_child_is_no_crash_but_is_reported_reached(
     result = run_inner(f"--faultline-bin={faultline_bin}", f"--junitxml={xml}", "-W", "always")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*FaultlineFaultsWarning: faultline: * started by test_inner.py::test_kill carried the "
-                                 "agent, and none reached these fault points of its spec *: no/such-point (*"])  # fmt: skip
+                                 "agent, and none reached these fault points of its spec *: process/start@no-such-program (*"])  # fmt: skip
     props = _properties(xml)["test_kill"]
     assert _one(props, "faultline_points_reached") == "exit/end"
-    assert _one(props, "faultline_points_never_reached") == "no/such-point"
+    assert _one(props, "faultline_points_never_reached") == "process/start@no-such-program"
     assert _one(props, "faultline_crashes") == "0"
-    assert _one(props, "faultline_faults") == "exit/end=kill;no/such-point=off"
+    assert _one(props, "faultline_faults") == "exit/end=kill;process/start@no-such-program=off"
 
 
 @pytest.mark.parametrize(

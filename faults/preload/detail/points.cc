@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "faults/cuda_errors.h"
+#include "faults/families.h"
 
 namespace faultline::agent::detail {
 namespace {
@@ -135,34 +136,42 @@ bool parse_term(span s, point_term& t) noexcept {
     args = {open + 1, s.e - 1};
     has_args = true;
   }
-  if (equals(name, "delay")) {
-    t.action = point_action::delay;
-    return has_args && parse_duration(args, t.delay_ns);
+  // The action and what it takes: the one table of the grammar (faults/families.h).
+  const faults::action_description* described = faults::find_action(std::string_view(name.b, name.size()));
+  if (described == nullptr) return false;
+  switch (described->kind) {
+    case faults::action_kind::off: t.action = point_action::off; break;
+    case faults::action_kind::fail: t.action = point_action::fail; break;
+    case faults::action_kind::delay: t.action = point_action::delay; break;
+    case faults::action_kind::kill: t.action = point_action::kill; break;
+    case faults::action_kind::abort: t.action = point_action::abort; break;
+    case faults::action_kind::teardown: t.action = point_action::teardown; break;
+    case faults::action_kind::print: t.action = point_action::print; break;
+    case faults::action_kind::stop: t.action = point_action::stop; break;
+    case faults::action_kind::pause: return false;  // a rendezvous is the fault engine's
   }
-  if (equals(name, "fail")) {
-    t.action = point_action::fail;
-    return !has_args || parse_code(args, t.code);
-  }
-  if (equals(name, "teardown")) {
-    t.action = point_action::teardown;
-    if (!has_args) return false;
-    if (equals(trim(args), "device")) {
-      t.device = current_device;
+  switch (described->args) {
+    case faults::action_args::none:
+      return !has_args;
+    case faults::action_args::optional_code:
+      return !has_args || parse_code(args, t.code);
+    case faults::action_args::duration:
+      return has_args && parse_duration(args, t.delay_ns);
+    case faults::action_args::device: {
+      if (!has_args) return false;
+      if (equals(trim(args), "device")) {
+        t.device = current_device;
+        return true;
+      }
+      std::uint64_t d = 0;
+      if (!parse_u64(args, d) || d > 1024) return false;
+      t.device = static_cast<int>(d);
       return true;
     }
-    std::uint64_t d = 0;
-    if (!parse_u64(args, d) || d > 1024) return false;
-    t.device = static_cast<int>(d);
-    return true;
+    case faults::action_args::rendezvous:
+      return false;
   }
-  if (has_args && !trim(args).empty()) return false;
-  if (equals(name, "off")) t.action = point_action::off;
-  else if (equals(name, "abort")) t.action = point_action::abort;
-  else if (equals(name, "kill")) t.action = point_action::kill;
-  else if (equals(name, "print")) t.action = point_action::print;
-  else if (equals(name, "stop")) t.action = point_action::stop;
-  else return false;
-  return true;
+  return false;
 }
 
 // Whether `pattern` (a name, or a prefix and '*') covers `name`: 0 = no, else higher is more
@@ -191,7 +200,55 @@ std::size_t match_rank(span pattern, const char* point, const char* const* progr
   return 0;
 }
 
+// Whether the family of the item pattern `pattern` (faults/families.h) takes `t`'s action and
+// the pattern's filter: for a wildcard, some family it covers must.
+bool family_takes(span pattern, const point_term& t) noexcept {
+  std::string_view name(pattern.b, pattern.size());
+  const std::size_t at = name.find('@');
+  const bool filtered = at != std::string_view::npos;
+  name = faults::head(name, at);
+  const bool wild = !name.empty() && name.back() == '*';
+  if (wild) name.remove_suffix(1);
+  faults::action_kind kind = faults::action_kind::off;
+  switch (t.action) {
+    case point_action::off: kind = faults::action_kind::off; break;
+    case point_action::fail: kind = faults::action_kind::fail; break;
+    case point_action::delay: kind = faults::action_kind::delay; break;
+    case point_action::kill: kind = faults::action_kind::kill; break;
+    case point_action::abort: kind = faults::action_kind::abort; break;
+    case point_action::teardown: kind = faults::action_kind::teardown; break;
+    case point_action::print: kind = faults::action_kind::print; break;
+    case point_action::stop: kind = faults::action_kind::stop; break;
+  }
+  for (const auto& f : faults::family_table) {
+    const bool covers = wild ? faults::wildcard_covers(name, f) : faults::family_of(name) == &f;
+    if (!covers || !f.takes(kind)) continue;
+    if (filtered && f.filter == faults::filter_kind::none) continue;
+    if (kind == faults::action_kind::teardown && t.device == current_device && f.injector != faults::injector::cuda) continue;
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+bool item_understood(const char* item, std::size_t length) noexcept {
+  const span all = trim({item, item + length});
+  const char* eq = find(all, "=");
+  if (eq == all.e) return false;
+  const span pattern = trim({all.b, eq});
+  if (pattern.empty() || pattern.size() > max_pattern_chars) return false;
+  std::size_t count = 0;
+  const span terms{eq + 1, all.e};
+  for (const char* at = terms.b; at <= terms.e;) {
+    const char* arrow = find({at, terms.e}, "->");
+    point_term t;
+    if (count == max_point_terms || !parse_term({at, arrow}, t) || !family_takes(pattern, t)) return false;
+    ++count;
+    at = arrow + 2;
+  }
+  return count > 0;
+}
 
 void plan_point(const char* spec, const char* point, point_plan& plan, const char* const* programs) noexcept {
   plan = point_plan{};
@@ -219,7 +276,9 @@ void plan_point(const char* spec, const char* point, point_plan& plan, const cha
   std::size_t count = 0;
   for (const char* at = best_item.b; at <= best_item.e;) {
     const char* arrow = find({at, best_item.e}, "->");
-    if (count == max_point_terms || !parse_term({at, arrow}, plan.terms[count])) return;
+    if (count == max_point_terms || !parse_term({at, arrow}, plan.terms[count]) ||
+        !family_takes(best_pattern, plan.terms[count]))
+      return;
     ++count;
     at = arrow + 2;
   }

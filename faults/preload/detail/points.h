@@ -48,6 +48,13 @@ struct point_plan {
 /// Pure; does not allocate.
 void plan_point(const char* spec, const char* point, point_plan& plan, const char* const* programs = nullptr) noexcept;
 
+/// Whether the agent understands the spec item `item` ("pattern=term->term", `length` bytes): every
+/// term parses, and a family of the point (faults/families.h; for a wildcard, one it covers)
+/// takes the term's action and the pattern's @filter. plan_point ignores an item it does not
+/// understand; the command (harness/cli_faults.h) refuses the same items before run 1. Pure; does
+/// not allocate.
+bool item_understood(const char* item, std::size_t length) noexcept;
+
 /// Calls `fn(pattern, length)` for each item of `spec`, with the item's name as written (before
 /// its '=', trimmed; "cuda/cuMem*", "process/start@python3"). Pure; does not allocate.
 template <class F>

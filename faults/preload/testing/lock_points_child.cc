@@ -1,6 +1,7 @@
 // lock_points_child STEP...: takes and releases locks of each kind, one line per step, for
-// lock_points_test (built with exported symbols: a lock/ filter names a function among the
-// caller's frames).
+// lock_points_test, built twice: with exported symbols (faultline_lock_points_child) and the
+// ordinary way, without -rdynamic (faultline_lock_points_child_plain): a lock/ filter names a
+// function among the caller's frames, found in the symbol tables either way.
 //   sem-shared      a named semaphore (sem_open): "sem-shared wait=RC acquired release=RC"
 //   sem-private     an unnamed thread-private one (sem_init, pshared 0): same line
 //   mutex-shared    a process-shared robust mutex in shared memory: "mutex-shared lock=RC unlock=RC"
@@ -10,6 +11,7 @@
 //   robust-child    a forked child takes a shared robust mutex in held_by_child() and exits
 //                   holding it... unless killed first; the parent then locks it:
 //                   "robust-child child=STATUS parent=ERRNAME" (EOWNERDEAD: the child died holding it)
+//   robust-child-static  the same, the child taking it in worker_step(), a static function
 //   sem-fork N      N forked children each wait on and post one shared named semaphore:
 //                   "sem-fork killed=K" (children ended by SIGKILL)
 // RC: 0, or the errno name of a failure.
@@ -58,6 +60,16 @@ void mutex_step(const char* label, pthread_mutex_t* m) {
 }
 
 }  // namespace
+
+// A static function as a C program has them (C linkage: its symbol is "worker_step"), seen only in
+// .symtab, never by dladdr: robust-child-static.
+extern "C" {
+[[gnu::noinline]] static int worker_step(pthread_mutex_t* m) {
+  const int r = pthread_mutex_lock(m);
+  asm volatile("" ::: "memory");
+  return r;
+}
+}
 
 // A frame of its own (no tail call): the filter finds it among the lock call's callers.
 extern "C" [[gnu::noinline]] int held_by_child(pthread_mutex_t* m) {
@@ -122,12 +134,13 @@ int main(int argc, char** argv) {
       }
       std::printf("%s lock=%s unlock=%s\n", step.c_str(), rc_name(l, lerr), rc_name(u, errno));
       close(fd);
-    } else if (step == "robust-child") {
+    } else if (step == "robust-child" || step == "robust-child-static") {
       pthread_mutex_t* m = shared_mutex();
       std::fflush(stdout);
       const pid_t pid = fork();
       if (pid == 0) {
-        held_by_child(m);
+        if (step == "robust-child") held_by_child(m);
+        else worker_step(m);
         _exit(0);  // exits holding it
       }
       int status = 0;
@@ -135,8 +148,8 @@ int main(int argc, char** argv) {
       const int r = pthread_mutex_lock(m);
       if (r == EOWNERDEAD) pthread_mutex_consistent(m);
       pthread_mutex_unlock(m);
-      std::printf("robust-child child=%d parent=%s\n",
-                  WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), rc_name(r, r));
+      std::printf("%s child=%d parent=%s\n",
+                  step.c_str(), WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), rc_name(r, r));
     } else {
       std::fprintf(stderr, "lock_points_child: bad step '%s'\n", step.c_str());
       return 2;
