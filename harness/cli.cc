@@ -215,7 +215,8 @@ void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
   sub->add_option("--jobs,-j", a.jobs, "runs at once (default 1; at most 1024; never more than there are runs)")
       ->check(positive_count);
   sub->add_option("--seed", a.seed, "base seed S: run k gets S+k (default: from the clock, printed)");
-  sub->add_option("--out,-o", a.out, "output directory (default faultline-out)");
+  sub->add_option("--out,-o", a.out, "output directory (default faultline-out; the last one given counts)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   sub->add_flag("--json", a.json, "print one JSON summary object per line to stdout");
   sub->add_option("--shard", a.shard, "perform only shard i of n (i/n): the runs k with k mod n == i");
   sub->add_option("--env", a.env, "set K=V in every run's environment (repeatable)")->allow_extra_args(false);
@@ -515,8 +516,10 @@ void print_human(const variant_summary& v, const settings& s, const std::string&
 }
 
 // The options that replay one run: its seed and faults, the timeout and environment it had.
+// A repro line replays into a directory of its own (--replace: it is scratch), never into the
+// campaign that printed it, which the default --out may hold; an --out added after it wins.
 std::string repro_flags(const run_record& r, const settings& s) {
-  std::string cmd = " --seed " + std::to_string(r.seed) + " --repeat 1";
+  std::string cmd = " --seed " + std::to_string(r.seed) + " --repeat 1 --out faultline-repro --replace";
   if (!r.faults.empty()) cmd += " --faults " + detail::shell_quote(r.faults);
   if (s.timeout) cmd += " --timeout " + format_duration(*s.timeout);
   for (const auto& kv : s.user_env) cmd += " --env " + detail::shell_quote(kv);

@@ -68,7 +68,7 @@ def test_a_failing_variant_reports_its_rate_and_a_repro_that_replays_it(pytester
         "--faultline-faults=bug/alloc/no-exit-guard=print", f"--junitxml={xml}",
     )  # fmt: skip
     result.assert_outcomes(failed=1)
-    repro = f"FAULTLINE_DEVICE=sim {faultline_bin} run exit/static-pool --seed 1 --repeat 1 --faults bug/alloc/no-exit-guard=print"
+    repro = f"FAULTLINE_DEVICE=sim {faultline_bin} run exit/static-pool --seed 1 --repeat 1 --out faultline-repro --replace --faults bug/alloc/no-exit-guard=print"
     result.stdout.fnmatch_lines(
         [
             "exit/static-pool [[]sim[]]: 3 of 3 runs failed (failure rate 100.0%, 95% interval 43.9%-100.0%); expected none",
