@@ -17,6 +17,7 @@
 #include "harness/results/results.h"
 #include "harness/run/core_dump.h"
 #include "harness/run/process.h"
+#include "harness/run/stacks.h"
 #include "harness/tests/e2e_util.h"
 
 namespace faultline::harness {
@@ -134,6 +135,20 @@ TEST_F(cli_e2e, exec_records_a_hang_with_its_stack_dump) {
   EXPECT_EQ(recs[0].result, outcome::hang);
   ASSERT_FALSE(recs[0].stacks.empty());
   EXPECT_GT(fs::file_size(fs::path(out()) / recs[0].stacks), 0u);
+}
+
+TEST_F(cli_e2e, a_hang_under_the_agent_is_never_named_by_faultlines_own_frames) {
+  // gdb names the agent's start-up frame (it has debug info) but gives it no module; the stripped
+  // shell and sleep have no named frame at all: the signature was "hang: wrapped_main".
+  if (!gdb_available()) GTEST_SKIP() << "gdb is not on PATH";
+  auto r = run_faultline({"exec", "--timeout", "1s", "--stacks", "gdb", "--out", out(), "--", "sh", "-c", "sleep 77"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  auto recs = results(out());
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].result, outcome::hang);
+  EXPECT_EQ(recs[0].signature.rfind("hang: ", 0), 0u) << recs[0].signature;
+  for (const char* own : {"wrapped_main", "hit_exit_point", "operator()", "faultline"})
+    EXPECT_EQ(recs[0].signature.find(own), std::string::npos) << recs[0].signature;
 }
 
 TEST_F(cli_e2e, exec_passes_env_and_faults_to_the_run) {
