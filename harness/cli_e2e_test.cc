@@ -135,6 +135,9 @@ TEST_F(cli_e2e, exec_records_a_hang_with_its_stack_dump) {
   EXPECT_EQ(recs[0].result, outcome::hang);
   ASSERT_FALSE(recs[0].stacks.empty());
   EXPECT_GT(fs::file_size(fs::path(out()) / recs[0].stacks), 0u);
+  EXPECT_FALSE(recs[0].frames.empty()) << "the blocked thread's top frames";
+  // The printed summary points to them too.
+  EXPECT_NE(r.out.find("      stacks: " + (fs::path(out()) / recs[0].stacks).string() + "\n        #0  "), std::string::npos) << r.out;
 }
 
 TEST_F(cli_e2e, a_hang_under_the_agent_is_never_named_by_faultlines_own_frames) {
@@ -238,6 +241,15 @@ TEST_F(cli_e2e, a_scenario_crash_is_read_from_its_core_in_its_own_run_directory)
   const std::string sig = j["signatures"][0]["signature"];
   EXPECT_NE(sig, "SIGSEGV") << "the core's stacks name frames\n" << r.err;
   EXPECT_EQ(sig.rfind("SIGSEGV: ", 0), 0u) << sig;
+  // The record, and the summary's signature, point to the stacks read from the core and show
+  // the top frames.
+  auto recs = results(out());
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].stacks, "runs/" + recs[0].run_id + "/crash-stacks.txt");
+  EXPECT_TRUE(fs::is_regular_file(fs::path(out()) / recs[0].stacks));
+  EXPECT_FALSE(recs[0].frames.empty());
+  EXPECT_EQ(j["signatures"][0]["stacks"], recs[0].stacks);
+  EXPECT_EQ(j["signatures"][0]["frames"], nlohmann::json(recs[0].frames));
 }
 
 TEST_F(cli_e2e, with_core_capture_runs_dump_only_anonymous_private_memory) {

@@ -588,6 +588,17 @@ std::string frames_signature(const std::vector<frame>& frames, std::size_t depth
   return out.empty() ? runtime_signature(frames) : out;
 }
 
+std::vector<std::string> top_frame_lines(const std::vector<frame>& frames, std::size_t max) {
+  std::vector<std::string> out;
+  for (std::size_t i = after_handler(frames); i < frames.size() && out.size() < max; ++i) {
+    const frame& f = frames[i];
+    const bool has_module = !f.module.empty() && f.module != "??";
+    if (unnamed(f)) out.push_back(has_module ? module_and_offset(f) : "??");
+    else out.push_back(has_module ? f.function + "  (" + std::string(basename(f.module)) + ")" : f.function);
+  }
+  return out;
+}
+
 std::string hang_signature(std::string_view stacks_text, std::size_t depth) {
   auto threads = parse_stacks(stacks_text);
   std::vector<std::vector<frame>*> stacks;
@@ -772,11 +783,19 @@ classification classify(const run_evidence& e) {
     if (!e.stacks_path.empty()) {
       if (auto text = detail::read_file(e.stacks_path, 1 << 24)) {
         frames_sig = hang_signature(*text);
-        if (frames_sig.empty()) {
+        // The stack shown: the first thread blocked in the program's code, else the leader's.
+        auto threads = parse_stacks(*text);
+        std::vector<frame>* shown = nullptr;
+        for (auto& t : threads) {
+          const bool in_program = std::any_of(t.frames.begin(), t.frames.end(), [](const frame& f) { return meaningful(f); });
+          if (!shown && ((!frames_sig.empty() && in_program) || (frames_sig.empty() && t.pid == e.leader && t.tid == e.leader)))
+            shown = &t.frames;
+        }
+        if (shown) {
+          symbolise(*shown);
           // No thread is in the program's code: name the runtime the leader is stuck in.
-          auto frames = thread_frames(*text, e.leader, e.leader);
-          symbolise(frames);
-          frames_sig = frames_signature(frames);
+          if (frames_sig.empty()) frames_sig = frames_signature(*shown);
+          c.top_frames = top_frame_lines(*shown);
         }
       }
     }
@@ -805,6 +824,7 @@ classification classify(const run_evidence& e) {
     symbolise_stacks({&full, &reported});
     // Program frames from either stack first; a runtime's module+offset only when neither has
     // one (crash.PID's frames carry offsets, gdb's do not).
+    c.top_frames = top_frame_lines(full.empty() ? reported : full);
     std::string frames_sig = program_signature(full, 3);
     if (frames_sig.empty()) frames_sig = program_signature(reported, 3);
     if (frames_sig.empty()) frames_sig = runtime_signature(reported);

@@ -576,6 +576,43 @@ TEST_F(classify_dir, crash_takes_the_crashing_threads_frames_from_crash_stacks) 
   auto c = classify(e_);
   EXPECT_EQ(c.result, outcome::crash);
   EXPECT_EQ(c.signature, "SIGSEGV: pool::release | worker");
+  // The stack a person reads first: the crashing thread below the agent's handler, every frame.
+  EXPECT_EQ(c.top_frames, (std::vector<std::string>{"pool::release", "worker", "start_thread", "clone3"}));
+}
+
+TEST_F(classify_dir, a_hang_shows_the_stack_of_a_thread_blocked_in_the_program) {
+  write(stacks_file, gdb_with_mappings);
+  e_.stacks_path = dir_ / stacks_file;
+  e_.timed_out = true;
+  e_.wait_status = killed(SIGKILL);
+  auto c = classify(e_);
+  EXPECT_EQ(c.signature, "hang: worker_step");
+  ASSERT_EQ(c.top_frames.size(), top_frames_kept);
+  EXPECT_EQ(c.top_frames[0], "__futex_abstimed_wait_common");
+  EXPECT_EQ(c.top_frames[1], "do_futex_wait  (libc.so.6)");
+  EXPECT_EQ(c.top_frames[2], "operator()  (libfaultline_lock_points.so)");
+  EXPECT_EQ(c.top_frames[4], "worker_step  (prog)");
+  // Only faultline's and the runtime's frames: the leader's stack.
+  const std::string text = gdb_with_mappings;
+  write(stacks_file, text.substr(text.find("=== process 1001")));
+  e_.leader = 1001;
+  c = classify(e_);
+  EXPECT_EQ(c.top_frames, (std::vector<std::string>{"clock_nanosleep  (libc.so.6)", "(anonymous namespace)::hit_exit_point  (libfaultline_agent.so)",
+                                                    "(anonymous namespace)::exit_end_handler  (libfaultline_agent.so)",
+                                                    "__run_exit_handlers  (libc.so.6)"}));
+  // No stacks, no frames; other outcomes have none.
+  e_.stacks_path.clear();
+  EXPECT_TRUE(classify(e_).top_frames.empty());
+}
+
+TEST(top_frame_lines, names_module_and_offset_of_unnamed_frames_and_stops_at_the_limit) {
+  const std::vector<frame> frames = {{"on_crash", "/opt/lib/libfaultline_agent.so", 0x10, true},
+                                     {"<signal handler called>", "", 0, false},
+                                     {"??", "/opt/app/prog", 0x1234, true},
+                                     {"main", "/opt/app/prog", 0x1300, true},
+                                     {"??", "", 0, false}};
+  EXPECT_EQ(top_frame_lines(frames), (std::vector<std::string>{"prog+0x1234", "main  (prog)", "??"}));
+  EXPECT_EQ(top_frame_lines(frames, 1), (std::vector<std::string>{"prog+0x1234"}));
 }
 
 TEST_F(classify_dir, crash_falls_back_to_the_crash_file_without_the_thread_or_the_file) {
