@@ -208,7 +208,12 @@ void place_in_modules(std::vector<thread_stack>& threads, std::size_t first, con
     if (!added) it->second = std::min(it->second, m.start);
   }
   for (std::size_t t = first; t < threads.size(); ++t) {
-    for (frame& f : threads[t].frames) {
+    auto& frames = threads[t].frames;
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+      frame& f = frames[i];
+      // gdb prints an address only on the innermost of the frames inlined at one pc: the
+      // frames after it without one are the functions it was inlined into, at the same pc.
+      if (f.address == 0 && f.module.empty() && i > 0 && frames[i - 1].address != 0) f.address = frames[i - 1].address;
       if (!f.module.empty() || f.address == 0) continue;
       for (const auto& m : maps) {
         if (f.address < m.start || f.address >= m.end) continue;
@@ -588,9 +593,9 @@ std::string frames_signature(const std::vector<frame>& frames, std::size_t depth
   return out.empty() ? runtime_signature(frames) : out;
 }
 
-std::vector<std::string> top_frame_lines(const std::vector<frame>& frames, std::size_t max) {
+std::vector<std::string> top_frame_lines(const std::vector<frame>& frames, std::size_t max, bool below_handler) {
   std::vector<std::string> out;
-  for (std::size_t i = after_handler(frames); i < frames.size() && out.size() < max; ++i) {
+  for (std::size_t i = below_handler ? after_handler(frames) : 0; i < frames.size() && out.size() < max; ++i) {
     const frame& f = frames[i];
     const bool has_module = !f.module.empty() && f.module != "??";
     if (unnamed(f)) out.push_back(has_module ? module_and_offset(f) : "??");
@@ -795,7 +800,7 @@ classification classify(const run_evidence& e) {
           symbolise(*shown);
           // No thread is in the program's code: name the runtime the leader is stuck in.
           if (frames_sig.empty()) frames_sig = frames_signature(*shown);
-          c.top_frames = top_frame_lines(*shown);
+          c.top_frames = top_frame_lines(*shown, top_frames_kept, false);
         }
       }
     }

@@ -213,9 +213,9 @@ struct classification {
   std::optional<int> signal;
   std::string signature;
   /// The stack behind a crash's or a hang's signature, top first, at most top_frames_kept
-  /// (top_frame_lines): the crashing thread's frames below its signal handler; for a hang, the
-  /// first thread (in stacks.txt order) blocked in the program's code, else the leader's main
-  /// thread. Empty when no stack was read, and for other outcomes.
+  /// (top_frame_lines): the crashing thread's frames below its signal handler; for a hang, every
+  /// frame of the first thread (in stacks.txt order) blocked in the program's code, else of the
+  /// leader's main thread. Empty when no stack was read, and for other outcomes.
   std::vector<std::string> top_frames;
 };
 
@@ -223,10 +223,12 @@ struct classification {
 inline constexpr std::size_t top_frames_kept = 8;
 
 /// One line per frame, top first, at most `max` of them: "f  (module)" (its module's file name),
-/// "module+0xoff" for an unnamed frame, "f" when the module is unknown; frames before the first
-/// signal trampoline (a crash handler's) are left out. Every frame is listed, runtime and
-/// faultline's included: this is the stack, not the signature.
-std::vector<std::string> top_frame_lines(const std::vector<frame>& frames, std::size_t max = top_frames_kept);
+/// "module+0xoff" for an unnamed frame, "f" when the module is unknown; with `below_handler`,
+/// frames before the first signal trampoline (a crash handler's) are left out (a hang keeps
+/// them: a thread may block in a handler, an fn/ point's delay among them). Every other frame
+/// is listed, runtime and faultline's included: this is the stack, not the signature.
+std::vector<std::string> top_frame_lines(const std::vector<frame>& frames, std::size_t max = top_frames_kept,
+                                         bool below_handler = true);
 
 /// Classifies one run from the evidence and the run directory's files.
 classification classify(const run_evidence& e);

@@ -369,12 +369,13 @@ constexpr const char* gdb_with_mappings =
     "Thread 1 (Thread 0x7f00 (LWP 1000) \"prog\"):\n"
     "#0  __futex_abstimed_wait_common (futex_word=0x7f1) at ./nptl/futex-internal.c:57\n"
     "#1  0x00007f0000112345 in do_futex_wait (sem=0x7f1) at ./nptl/sem_waitcommon.c:111\n"
-    "#2  0x00007f0000400120 in operator() (__closure=<synthetic pointer>) at ../faults/preload/lock_points.cc:150\n"
-    "#3  0x00007f0000400200 in sem_wait (sem=0x7f1) at ../faults/preload/lock_points.cc:160\n"
-    "#4  0x0000555500001180 in worker_step() ()\n"
-    "#5  0x0000555500001250 in main ()\n"
-    "#6  0x00007f0000500c47 in (anonymous namespace)::wrapped_main (argc=1, argv=0x7ffe, envp=<optimized out>) at ../faults/preload/preload.cc:128\n"
-    "#7  0x00007f000012a24a in __libc_start_call_main (main=...) at ../sysdeps/nptl/libc_start_call_main.h:58\n"
+    "#2  0x00007f0000400120 in operator() (__closure=<synthetic pointer>) at ../faults/preload/lock_points.cc:207\n"
+    "#3  (anonymous namespace)::waiting<sem_t, sem_wait(sem_t*)::<lambda()> > (wait_point=0x7f0 \"lock/sem/wait\") at ../faults/preload/lock_points.cc:152\n"
+    "#4  sem_wait (s=0x7f1) at ../faults/preload/lock_points.cc:207\n"
+    "#5  0x0000555500001180 in worker_step() ()\n"
+    "#6  0x0000555500001250 in main ()\n"
+    "#7  0x00007f0000500c47 in (anonymous namespace)::wrapped_main (argc=1, argv=0x7ffe, envp=<optimized out>) at ../faults/preload/preload.cc:128\n"
+    "#8  0x00007f000012a24a in __libc_start_call_main (main=...) at ../sysdeps/nptl/libc_start_call_main.h:58\n"
     "process 1000\n"
     "Mapped address spaces:\n"
     "\n"
@@ -400,16 +401,21 @@ constexpr const char* gdb_with_mappings =
 TEST(parse_stacks, places_gdb_frames_without_a_module_by_the_sections_mappings) {
   auto all = parse_stacks(gdb_with_mappings);
   ASSERT_EQ(all.size(), 2u);
-  ASSERT_EQ(all[0].frames.size(), 8u);
+  ASSERT_EQ(all[0].frames.size(), 9u);
   EXPECT_EQ(all[0].frames[0].module, "");  // no address printed
   EXPECT_EQ(all[0].frames[1].module, "/usr/lib/x86_64-linux-gnu/libc.so.6");
   EXPECT_EQ(all[0].frames[1].offset, 0x12345u);
   EXPECT_EQ(all[0].frames[2].module, "/opt/faultline/lib/libfaultline_lock_points.so");
   EXPECT_EQ(all[0].frames[2].offset, 0x120u);
-  EXPECT_EQ(all[0].frames[4].module, "/opt/app/prog");
-  EXPECT_EQ(all[0].frames[4].offset, 0x1180u);
-  EXPECT_TRUE(all[0].frames[4].has_offset);
-  EXPECT_EQ(all[0].frames[6].module, "/opt/faultline/lib/libfaultline_agent.so");
+  // Frames 3 and 4 hold what frame 2 was inlined into: gdb prints no address for them.
+  for (std::size_t k : {3u, 4u}) {
+    EXPECT_EQ(all[0].frames[k].module, "/opt/faultline/lib/libfaultline_lock_points.so") << k;
+    EXPECT_EQ(all[0].frames[k].offset, 0x120u) << k;
+  }
+  EXPECT_EQ(all[0].frames[5].module, "/opt/app/prog");
+  EXPECT_EQ(all[0].frames[5].offset, 0x1180u);
+  EXPECT_TRUE(all[0].frames[5].has_offset);
+  EXPECT_EQ(all[0].frames[7].module, "/opt/faultline/lib/libfaultline_agent.so");
   // A section's mappings place only its own frames; gdb's "from" stays as it was.
   EXPECT_EQ(all[1].frames[0].module, "/usr/lib/x86_64-linux-gnu/libc.so.6");
   EXPECT_FALSE(all[1].frames[0].has_offset);
@@ -417,7 +423,8 @@ TEST(parse_stacks, places_gdb_frames_without_a_module_by_the_sections_mappings) 
 }
 
 TEST(hang_signature, skips_every_frame_of_faultlines_own_libraries) {
-  // Not "operator() | ..." (the lock wrapper's lambda), nor wrapped_main or hit_exit_point.
+  // Not "operator() | ..." (the lock wrapper's lambda), nor the wrapper it was inlined into
+  // (waiting<...>, sem_wait), nor wrapped_main or hit_exit_point.
   EXPECT_EQ(hang_signature(gdb_with_mappings), "worker_step");
 }
 
@@ -591,7 +598,8 @@ TEST_F(classify_dir, a_hang_shows_the_stack_of_a_thread_blocked_in_the_program) 
   EXPECT_EQ(c.top_frames[0], "__futex_abstimed_wait_common");
   EXPECT_EQ(c.top_frames[1], "do_futex_wait  (libc.so.6)");
   EXPECT_EQ(c.top_frames[2], "operator()  (libfaultline_lock_points.so)");
-  EXPECT_EQ(c.top_frames[4], "worker_step  (prog)");
+  EXPECT_EQ(c.top_frames[4], "sem_wait  (libfaultline_lock_points.so)");
+  EXPECT_EQ(c.top_frames[5], "worker_step  (prog)");
   // Only faultline's and the runtime's frames: the leader's stack.
   const std::string text = gdb_with_mappings;
   write(stacks_file, text.substr(text.find("=== process 1001")));
@@ -613,6 +621,9 @@ TEST(top_frame_lines, names_module_and_offset_of_unnamed_frames_and_stops_at_the
                                      {"??", "", 0, false}};
   EXPECT_EQ(top_frame_lines(frames), (std::vector<std::string>{"prog+0x1234", "main  (prog)", "??"}));
   EXPECT_EQ(top_frame_lines(frames, 1), (std::vector<std::string>{"prog+0x1234"}));
+  // A hang's stack keeps its handler's frames: the thread may block there.
+  EXPECT_EQ(top_frame_lines(frames, 3, false),
+            (std::vector<std::string>{"on_crash  (libfaultline_agent.so)", "<signal handler called>", "prog+0x1234"}));
 }
 
 TEST_F(classify_dir, crash_falls_back_to_the_crash_file_without_the_thread_or_the_file) {
