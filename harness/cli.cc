@@ -500,6 +500,9 @@ void print_human(const variant_summary& v, const settings& s, const std::string&
   for (const auto& g : v.signatures) {
     out << "  " << g.count << "x " << to_string(g.result) << (g.when == phase::none ? "" : "/" + std::string(to_string(g.when)))
         << "  " << g.signature << "\n      first: " << g.first_run << "  " << (s.out / g.first_log).string() << "\n";
+    if (!g.first_stacks.empty()) out << "      stacks: " << (s.out / g.first_stacks).string() << "\n";
+    // The top of the stack (the record and --json keep top_frames_kept).
+    for (std::size_t i = 0; i < g.first_frames.size() && i < 5; ++i) out << "        #" << i << "  " << g.first_frames[i] << "\n";
   }
   for (const auto& l : v.late_cuda)
     out << "  late CUDA calls: " << l.api << " in " << l.runs << (l.runs == 1 ? " run (" : " runs (") << l.calls

@@ -17,6 +17,7 @@
 #include "harness/results/results.h"
 #include "harness/run/core_dump.h"
 #include "harness/run/process.h"
+#include "harness/run/stacks.h"
 #include "harness/tests/e2e_util.h"
 
 namespace faultline::harness {
@@ -134,6 +135,23 @@ TEST_F(cli_e2e, exec_records_a_hang_with_its_stack_dump) {
   EXPECT_EQ(recs[0].result, outcome::hang);
   ASSERT_FALSE(recs[0].stacks.empty());
   EXPECT_GT(fs::file_size(fs::path(out()) / recs[0].stacks), 0u);
+  EXPECT_FALSE(recs[0].frames.empty()) << "the blocked thread's top frames";
+  // The printed summary points to them too.
+  EXPECT_NE(r.out.find("      stacks: " + (fs::path(out()) / recs[0].stacks).string() + "\n        #0  "), std::string::npos) << r.out;
+}
+
+TEST_F(cli_e2e, a_hang_under_the_agent_is_never_named_by_faultlines_own_frames) {
+  // gdb names the agent's start-up frame (it has debug info) but gives it no module; the stripped
+  // shell and sleep have no named frame at all: the signature was "hang: wrapped_main".
+  if (!gdb_available()) GTEST_SKIP() << "gdb is not on PATH";
+  auto r = run_faultline({"exec", "--timeout", "1s", "--stacks", "gdb", "--out", out(), "--", "sh", "-c", "sleep 77"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  auto recs = results(out());
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].result, outcome::hang);
+  EXPECT_EQ(recs[0].signature.rfind("hang: ", 0), 0u) << recs[0].signature;
+  for (const char* own : {"wrapped_main", "hit_exit_point", "operator()", "faultline"})
+    EXPECT_EQ(recs[0].signature.find(own), std::string::npos) << recs[0].signature;
 }
 
 TEST_F(cli_e2e, exec_passes_env_and_faults_to_the_run) {
@@ -224,6 +242,15 @@ TEST_F(cli_e2e, a_scenario_crash_is_read_from_its_core_in_its_own_run_directory)
   const std::string sig = j["signatures"][0]["signature"];
   EXPECT_NE(sig, "SIGSEGV") << "the core's stacks name frames\n" << r.err;
   EXPECT_EQ(sig.rfind("SIGSEGV: ", 0), 0u) << sig;
+  // The record, and the summary's signature, point to the stacks read from the core and show
+  // the top frames.
+  auto recs = results(out());
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].stacks, "runs/" + recs[0].run_id + "/crash-stacks.txt");
+  EXPECT_TRUE(fs::is_regular_file(fs::path(out()) / recs[0].stacks));
+  EXPECT_FALSE(recs[0].frames.empty());
+  EXPECT_EQ(j["signatures"][0]["stacks"], recs[0].stacks);
+  EXPECT_EQ(j["signatures"][0]["frames"], nlohmann::json(recs[0].frames));
 }
 
 TEST_F(cli_e2e, with_core_capture_runs_dump_only_anonymous_private_memory) {

@@ -45,10 +45,12 @@ const char* const gate_help = R"(Compares the current results with a baseline an
     Fisher's exact test, one-sided, at significance level --alpha (default 0.01); the finding names
     the test, the counts, the rates and the p-value;
   - an outcome class other than pass, or a failure signature, that the baseline never saw (for a
-    detection check these are only noted).
+    detection check these are only noted); a crash named by its signal alone ("SIGABRT": its stacks
+    were lost) is only noted when the baseline holds a crash of that signal.
 Improvements (a significantly lower rate, outcomes and signatures no longer seen) are printed too, and
 changes within chance are noted. A variant not in the baseline is held to an empty one; a baseline
-variant missing now is noted. Variants are matched by name and fault spec.
+variant missing now is noted. Variants are matched by name and fault spec, and named with the spec
+("exit/a [exit/end=delay(5ms)]").
 
   faultline gate --write-baseline baseline.json --current out/run     # from a good run
   faultline gate --baseline baseline.json --current out/run           # later: exit 1 on a regression

@@ -97,7 +97,7 @@ TEST_F(reports_e2e, gate_fails_when_a_bug_point_stops_being_detected) {
   ASSERT_EQ(miss.status, 1);
   auto fail = run_faultline({"gate", "--baseline", at("baseline.json").string(), "--current", at("miss").string()});
   EXPECT_EQ(fail.status, 1) << fail.out << fail.err;
-  EXPECT_NE(fail.out.find("FAIL     fake/counter@bug/fake/skip-check: runs that missed the bug 0 of 12 (0%) -> 12 of 12 (100%); "
+  EXPECT_NE(fail.out.find("FAIL     fake/counter@bug/fake/skip-check [bug/fake/skip-check=1*print]: runs that missed the bug 0 of 12 (0%) -> 12 of 12 (100%); "
                           "Fisher's exact test, one-sided (greater): p = "),
             std::string::npos)
       << fail.out;

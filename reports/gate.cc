@@ -256,12 +256,59 @@ std::string_view to_string(finding_kind k) noexcept {
   return "?";
 }
 
+namespace {
+
+// A variant as the gate names it: with its fault spec, since variants match by name and spec
+// (an amplified campaign's variant is another variant than the bare one of the same name).
+// A variant without faults says so where its name also runs with a spec.
+std::string gate_label(const std::string& name, const std::string& faults, const std::set<std::string>& named_with_faults) {
+  if (!faults.empty()) return name + " [" + faults + "]";
+  return named_with_faults.count(name) ? name + " [no faults]" : name;
+}
+
+// The specs `name` has in `specs` other than `faults`, for a note: "'' (none), 'x=kill'".
+std::string other_specs(const std::multimap<std::string, std::string>& specs, const std::string& name, const std::string& faults) {
+  std::string out;
+  for (auto [it, end] = specs.equal_range(name); it != end; ++it) {
+    if (it->second == faults) continue;
+    out += (out.empty() ? "" : ", ") + (it->second.empty() ? std::string("no faults") : "[" + it->second + "]");
+  }
+  return out;
+}
+
+// "SIGABRT": a crash named by its signal alone (its stacks were lost: an overwritten core, a
+// crash report never written), as classify() names one without frames.
+bool signal_only(const std::string& signature) {
+  if (signature.size() < 4 || signature.rfind("SIG", 0) != 0) return false;
+  return std::all_of(signature.begin() + 3, signature.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '+' || c == '-';
+  });
+}
+
+// Whether `sig` (a signal's name) is the signal of a crash signature: "SIGABRT", "SIGABRT: f".
+bool crash_of_signal(const baseline_signature& s, const std::string& sig) {
+  return s.result == outcome::crash && s.signature.rfind(sig, 0) == 0 &&
+         (s.signature.size() == sig.size() || s.signature.compare(sig.size(), 1, ":") == 0);
+}
+
+}  // namespace
+
 gate_result compare(const baseline& base, const report_model& current, double alpha) {
   gate_result g;
   std::vector<finding> fails, better, notes;
   std::set<std::pair<std::string, std::string>> matched;
   std::map<std::pair<std::string, std::string>, const baseline_variant*> base_of;
   for (const auto& bv : base.variants) base_of[{bv.name, bv.faults}] = &bv;
+  std::set<std::string> named_with_faults;
+  std::multimap<std::string, std::string> base_specs, current_specs;
+  for (const auto& bv : base.variants) {
+    base_specs.emplace(bv.name, bv.faults);
+    if (!bv.faults.empty()) named_with_faults.insert(bv.name);
+  }
+  for (const auto& v : current.variants) {
+    current_specs.emplace(v.name, v.faults);
+    if (!v.faults.empty()) named_with_faults.insert(v.name);
+  }
 
   for (const auto& v : current.variants) {
     const bool detection = v.expect == expectation::detection;
@@ -269,13 +316,14 @@ gate_result compare(const baseline& base, const report_model& current, double al
     auto it = base_of.find({v.name, v.faults});
     const baseline_variant empty{v.name, v.faults, v.expect, 0, 0, {}, {}};
     const baseline_variant* b = it == base_of.end() ? &empty : it->second;
+    const std::string label = gate_label(v.name, v.faults, named_with_faults);
     bool variant_fails = false, variant_better = false;
     auto add = [&](finding_kind kind, bool fails_gate, std::string text, double p = 1) {
       // A detection check that no longer shows an outcome or signature has not improved: it
       // may have stopped detecting (its rate says whether it got worse).
       const bool improvement = kind == finding_kind::better ||
                                (!detection && (kind == finding_kind::gone_outcome || kind == finding_kind::gone_signature));
-      finding f{kind, fails_gate, improvement, v.label, std::move(text), p};
+      finding f{kind, fails_gate, improvement, label, std::move(text), p};
       variant_fails = variant_fails || fails_gate;
       if (fails_gate) {
         fails.push_back(std::move(f));
@@ -288,8 +336,10 @@ gate_result compare(const baseline& base, const report_model& current, double al
     };
 
     if (it == base_of.end()) {
+      const std::string others = other_specs(base_specs, v.name, v.faults);
       add(finding_kind::new_variant, false,
-          "not in the baseline (" + detail::thousands(v.summary.runs) + " runs now; " + v.verdict + ")");
+          std::string(others.empty() ? "not in the baseline" : "not in the baseline with this fault spec (it has " + others + ")") +
+              " (" + detail::thousands(v.summary.runs) + " runs now; " + v.verdict + ")");
     } else {
       matched.insert({v.name, v.faults});
       ++g.compared;
@@ -329,6 +379,18 @@ gate_result compare(const baseline& base, const report_model& current, double al
     for (const auto& s : v.summary.signatures) {
       now_sigs.insert(s.signature);
       if (s.signature.empty() || base_sigs.count(s.signature)) continue;
+      // A crash named by its signal alone may be any crash of that signal whose stacks were
+      // lost: not a new way of failing when the baseline crashed with that signal (its rate
+      // still counts).
+      if (s.result == outcome::crash && signal_only(s.signature) &&
+          std::any_of(b->signatures.begin(), b->signatures.end(),
+                      [&](const baseline_signature& bs) { return crash_of_signal(bs, s.signature); })) {
+        add(finding_kind::new_signature, false,
+            "signal-only signature " + outcome_and_phase(s.result, s.when) + " \"" + detail::one_line(s.signature) + "\" in " +
+                detail::thousands(s.count) + (s.count == 1 ? " run" : " runs") +
+                " (no stacks to tell it from the baseline's crashes of the same signal; first " + s.first_run + ")");
+        continue;
+      }
       add(finding_kind::new_signature, !detection,
           "new signature " + outcome_and_phase(s.result, s.when) + " \"" + detail::one_line(s.signature) + "\" in " +
               detail::thousands(s.count) + (s.count == 1 ? " run" : " runs") + " (first " + s.first_run +
@@ -347,8 +409,11 @@ gate_result compare(const baseline& base, const report_model& current, double al
   }
   for (const auto& bv : base.variants) {
     if (matched.count({bv.name, bv.faults})) continue;
-    finding f{finding_kind::missing_variant, false, false, bv.name + (bv.faults.empty() ? "" : " [" + bv.faults + "]"),
-              "in the baseline (" + detail::thousands(bv.runs) + " runs) but not in the current runs: not compared", 1};
+    const std::string others = other_specs(current_specs, bv.name, bv.faults);
+    finding f{finding_kind::missing_variant, false, false, gate_label(bv.name, bv.faults, named_with_faults),
+              "in the baseline (" + detail::thousands(bv.runs) + " runs) but not in the current runs" +
+                  (others.empty() ? std::string() : " with this fault spec (they have " + others + ")") + ": not compared",
+              1};
     notes.push_back(std::move(f));
   }
   g.passed = fails.empty();

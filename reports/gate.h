@@ -7,13 +7,18 @@
 //   for (const auto& f : g.findings) std::cout << format(f) << "\n";
 //   return g.passed ? 0 : 1;
 //
-// Variants are matched by name and fault spec. For each matched variant:
+// Variants are matched by name and fault spec, and named with it in findings ("exit/a
+// [exit/end=delay(5ms)]"; "exit/a [no faults]" where the name also runs with a spec), so an
+// amplified campaign's variant is told from the bare one. For each matched variant:
 //   - its rate of bad runs (failures; for a detection check, runs that missed the bug, errors
 //     included) is compared with Fisher's exact test, one-sided: a p-value below alpha that the
 //     current rate is greater is a regression (it fails the gate, naming the test, counts, rates
 //     and p-value); below alpha that it is less, an improvement;
 //   - an outcome class other than pass that the baseline never saw (a first hang), and a failure
-//     signature it never saw, fail the gate; one it saw that is gone now is an improvement.
+//     signature it never saw, fail the gate; one it saw that is gone now is an improvement. A
+//     crash signed by its signal alone ("SIGABRT": its stacks were lost, e.g. an overwritten
+//     core) is only noted when the baseline holds a crash of that signal (it still counts in
+//     the rate).
 // A detection check's new or vanished outcome classes and signatures are only noted (a planted
 // bug may show itself in more than one way; its detection rate alone says whether it regressed
 // or improved). A
@@ -121,7 +126,7 @@ struct finding {
   finding_kind kind = finding_kind::not_significant;
   bool fails = false;        ///< this finding fails the gate
   bool improvement = false;  ///< an improvement (a lower rate; an outcome or signature of a no-failure variant gone)
-  std::string variant;  ///< the variant's label
+  std::string variant;  ///< the variant: "name", or "name [faults]" (see above)
   std::string text;     ///< what, with counts (and for a rate, the test and its p-value)
   double p = 1;         ///< the test's p-value (worse, better, not_significant)
 };

@@ -165,6 +165,58 @@ TEST(gate, holds_a_new_variant_to_an_empty_baseline_and_notes_a_missing_one) {
     }
 }
 
+TEST(gate, names_each_variant_with_its_fault_spec) {
+  // The same scenario bare in the baseline and amplified now: two variants, each named with its
+  // spec, not one name both "not in the baseline" and "not in the current runs".
+  const std::string amplified = "exit/end=delay(5ms)";
+  gate_case c(testing::runs("exit/a", 20), testing::runs("exit/a", 20, 15, outcome::crash, "SIGSEGV: f", 0, 1, amplified));
+  auto g = compare(c.base, c.current, 0.01);
+  auto added = of_kind(g, finding_kind::new_variant);
+  ASSERT_EQ(added.size(), 1u) << dump(g);
+  EXPECT_EQ(added[0].variant, "exit/a [exit/end=delay(5ms)]");
+  EXPECT_NE(added[0].text.find("not in the baseline with this fault spec (it has no faults)"), std::string::npos) << dump(g);
+  auto missing = of_kind(g, finding_kind::missing_variant);
+  ASSERT_EQ(missing.size(), 1u) << dump(g);
+  EXPECT_EQ(missing[0].variant, "exit/a [no faults]");
+  EXPECT_NE(missing[0].text.find("with this fault spec (they have [exit/end=delay(5ms)])"), std::string::npos) << dump(g);
+  for (const auto& f : g.findings) EXPECT_NE(f.variant, "exit/a") << format(f);
+
+  // Matched variants with a spec carry it too.
+  gate_case d(testing::runs("exit/b", 20, 0, outcome::pass, "", 0, 1, amplified),
+              testing::runs("exit/b", 20, 20, outcome::crash, "SIGSEGV: f", 0, 1, amplified));
+  auto worse = of_kind(compare(d.base, d.current, 0.01), finding_kind::worse);
+  ASSERT_EQ(worse.size(), 1u);
+  EXPECT_EQ(worse[0].variant, "exit/b [exit/end=delay(5ms)]");
+}
+
+TEST(gate, a_signal_only_signature_is_no_new_signature_when_the_baseline_crashed_with_that_signal) {
+  // 5 of 100 crashed with SIGABRT in both; now two of them lost their cores.
+  auto before = testing::runs("exit/a", 100, 5, outcome::crash, "SIGABRT: pool::release | main");
+  auto after = testing::runs("exit/a", 100, 5, outcome::crash, "SIGABRT: pool::release | main");
+  after[0].signature = after[1].signature = "SIGABRT";
+  gate_case c(before, after);
+  auto g = compare(c.base, c.current, 0.01);
+  EXPECT_TRUE(g.passed) << dump(g);
+  auto sigs = of_kind(g, finding_kind::new_signature);
+  ASSERT_EQ(sigs.size(), 1u) << dump(g);
+  EXPECT_FALSE(sigs[0].fails);
+  EXPECT_NE(sigs[0].text.find("signal-only signature crash/exit \"SIGABRT\" in 2 runs"), std::string::npos) << dump(g);
+
+  // Another signal than the baseline's, or a signature with frames, is still new.
+  auto other = after;
+  other[0].signature = other[1].signature = "SIGSEGV";
+  gate_case d(before, other);
+  auto g2 = compare(d.base, d.current, 0.01);
+  EXPECT_FALSE(g2.passed) << dump(g2);
+  ASSERT_EQ(of_kind(g2, finding_kind::new_signature).size(), 1u) << dump(g2);
+  EXPECT_TRUE(of_kind(g2, finding_kind::new_signature)[0].fails);
+  auto framed = after;
+  framed[0].signature = "SIGABRT: other | main";
+  framed[1].signature = "SIGABRT: other | main";
+  gate_case e(before, framed);
+  EXPECT_FALSE(compare(e.base, e.current, 0.01).passed);
+}
+
 TEST(baseline, survives_its_round_trip) {
   testing::temp_dir dir;
   auto m = model_of(dir.path(), testing::runs("exit/a", 50, 3, outcome::crash, "SIGSEGV: \"quoted\" \x01", 0, 2) +

@@ -425,12 +425,22 @@ std::string to_html(const report_model& m, const html_options& o) {
     out += std::string("<details") + (v.ok ? "" : " open") + "><summary>" + (v.ok ? "" : "❌ ") + code(v.label) + ": " +
            html_escape(v.verdict) + "</summary>\n";
     if (!v.summary.signatures.empty()) {
-      out += "<table><thead><tr><th>runs</th><th>outcome</th><th>signature</th><th>first run</th><th>log</th></tr></thead><tbody>\n";
+      out += "<table><thead><tr><th>runs</th><th>outcome</th><th>signature</th><th>first run</th><th>log</th><th>stacks</th></tr></thead><tbody>\n";
       for (const auto& g : v.summary.signatures) {
         out += "<tr><td class=\"num\">" + detail::thousands(g.count) + "</td><td>" + html_escape(outcome_and_phase(g.result, g.when)) +
                "</td><td>" + (g.signature.empty() ? std::string("(none)") : code(g.signature)) + "</td><td>" + code(g.first_run) + "</td><td>";
         if (!g.first_log.empty()) out += "<a href=\"" + html_escape(href_to(g.first_log, o.html_dir)) + "\">" + html_escape(g.first_log) + "</a>";
         else out += "(not kept)";
+        out += "</td><td>";
+        if (!g.first_stacks.empty())
+          out += "<a href=\"" + html_escape(href_to(g.first_stacks, o.html_dir)) + "\">" + html_escape(g.first_stacks) + "</a>";
+        else out += "(none)";
+        if (!g.first_frames.empty()) {
+          std::string frames;
+          for (std::size_t i = 0; i < g.first_frames.size(); ++i)
+            frames += (i ? "\n#" : "#") + std::to_string(i) + "  " + g.first_frames[i];
+          out += "<details><summary>top frames</summary><pre>" + html_escape(frames) + "</pre></details>";
+        }
         out += "</td></tr>\n";
       }
       out += "</tbody></table>\n";

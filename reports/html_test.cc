@@ -111,6 +111,20 @@ TEST(to_html, links_logs_relative_to_the_page) {
   EXPECT_NE(page.find("<a href=\"../out/logs/exit-a.s1000.log\">"), std::string::npos) << page.substr(page.find("<h2>Signatures"));
 }
 
+TEST(to_html, links_each_signatures_stacks_and_shows_its_top_frames) {
+  testing::temp_dir dir;
+  auto runs = testing::runs("exit/a", 10, 1, outcome::crash, "SIGSEGV: f");
+  runs[0].stacks = "runs/" + runs[0].run_id + "/crash-stacks.txt";
+  runs[0].frames = {"f<int>  (prog)", "main  (prog)"};
+  testing::write_results(dir.path() / "out", runs);
+  auto m = load_report({dir.path() / "out"});
+  ASSERT_TRUE(m) << m.error().message();
+  const std::string page = to_html(*m, {fake_plotly, dir.path() / "site", "t"});
+  const std::string details = page.substr(page.find("<h2>Signatures"));
+  EXPECT_NE(details.find("<a href=\"../out/runs/exit-a.s1000/crash-stacks.txt\">"), std::string::npos) << details;
+  EXPECT_NE(details.find("<pre>#0  f&lt;int&gt;  (prog)\n#1  main  (prog)</pre>"), std::string::npos) << details;
+}
+
 TEST(figures, hold_the_numbers_of_the_model) {
   testing::temp_dir dir;
   const auto m = sample(dir.path());

@@ -75,7 +75,10 @@ std::string details(const variant_report& v) {
     for (const auto& g : v.summary.signatures) {
       text += "  " + std::to_string(g.count) + "x " + outcome_and_phase(g.result, g.when) + "  " +
               (g.signature.empty() ? "(no signature)" : g.signature) + "\n";
-      text += "     first run " + g.first_run + (g.first_log.empty() ? "" : ", log " + g.first_log) + "\n";
+      text += "     first run " + g.first_run + (g.first_log.empty() ? "" : ", log " + g.first_log) +
+              (g.first_stacks.empty() ? "" : ", stacks " + g.first_stacks) + "\n";
+      for (std::size_t i = 0; i < g.first_frames.size(); ++i)
+        text += "       #" + std::to_string(i) + "  " + g.first_frames[i] + "\n";
     }
   }
   if (v.summary.points_never_reached && !v.summary.points_never_reached->empty()) {

@@ -115,6 +115,19 @@ TEST(to_junit, a_failure_carries_outcome_phase_signature_and_repro) {
   EXPECT_NE(failure.find("repro: faultline run exit/a --seed 1000 --repeat 1"), std::string::npos) << failure;
 }
 
+TEST(to_junit, a_failure_names_the_stacks_and_top_frames_of_each_signature) {
+  testing::temp_dir dir;
+  auto runs = testing::runs("exit/a", 10, 1, outcome::hang, "hang: worker_step");
+  runs[0].stacks = "runs/" + runs[0].run_id + "/stacks.txt";
+  runs[0].frames = {"sem_wait  (libc.so.6)", "worker_step  (prog)"};
+  testing::write_results(dir.path(), runs);
+  auto m = load_report({dir.path()});
+  ASSERT_TRUE(m) << m.error().message();
+  const std::string xml = to_junit(*m);
+  EXPECT_NE(xml.find(", stacks " + (dir.path() / "runs/exit-a.s1000/stacks.txt").string() + "\n"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("       #0  sem_wait  (libc.so.6)\n       #1  worker_step  (prog)\n"), std::string::npos) << xml;
+}
+
 TEST(to_junit, properties_carry_runs_rate_and_bounds) {
   testing::temp_dir dir;
   const std::string xml = to_junit(nasty_model(dir.path()));

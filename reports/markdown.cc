@@ -87,13 +87,25 @@ void variant_section(std::string& out, const variant_report& v) {
   out += "\n### " + std::string(v.ok ? ok_mark : fail_mark) + " " + code_span(v.label, false) + ": " + plain(v.verdict) + "\n\n";
   if (!v.faults.empty()) out += "Faults: " + code_span(v.faults, false) + "\n\n";
   if (!v.summary.signatures.empty()) {
-    out += "| runs | outcome | signature | first run | log |\n|--:|---|---|---|---|\n";
+    out += "| runs | outcome | signature | first run | log | stacks |\n|--:|---|---|---|---|---|\n";
     std::size_t shown = 0;
     for (const auto& g : v.summary.signatures) {
       if (shown++ == max_signatures) break;
       out += "| " + detail::thousands(g.count) + " | " + outcome_and_phase(g.result, g.when) + " | " +
              (g.signature.empty() ? std::string("(none)") : code_span(g.signature, true)) + " | " + code_span(g.first_run, true) + " | " +
-             (g.first_log.empty() ? std::string("(not kept)") : code_span(g.first_log, true)) + " |\n";
+             (g.first_log.empty() ? std::string("(not kept)") : code_span(g.first_log, true)) + " | " +
+             (g.first_stacks.empty() ? std::string("(none)") : code_span(g.first_stacks, true)) + " |\n";
+    }
+    // The stack behind each signature, where a person looks first.
+    shown = 0;
+    for (const auto& g : v.summary.signatures) {
+      if (shown++ == max_signatures) break;
+      if (g.first_frames.empty()) continue;
+      std::string frames;
+      for (std::size_t i = 0; i < g.first_frames.size(); ++i)
+        frames += (i ? "\n#" : "#") + std::to_string(i) + "  " + g.first_frames[i];
+      out += "\nTop frames of " + code_span(g.first_run, false) + " (" +
+             (g.signature.empty() ? std::string("no signature") : code_span(g.signature, false)) + "):\n\n" + fenced_block(frames, "");
     }
     if (v.summary.signatures.size() > max_signatures)
       out += "\n…and " + detail::thousands(v.summary.signatures.size() - max_signatures) + " more signatures (see the HTML report).\n";

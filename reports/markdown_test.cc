@@ -91,6 +91,25 @@ TEST(to_markdown, has_a_row_per_variant_and_a_section_per_failure) {
   EXPECT_NE(md.find("its last line is torn"), std::string::npos);
 }
 
+TEST(to_markdown, a_signature_points_to_its_stacks_and_shows_its_top_frames) {
+  testing::temp_dir dir;
+  auto runs = testing::runs("exit/a", 10, 2, outcome::crash, "SIGSEGV: pool::release | main");
+  for (std::size_t k = 0; k < 2; ++k) {
+    runs[k].stacks = "runs/" + runs[k].run_id + "/crash-stacks.txt";
+    runs[k].frames = {"pool::release  (prog)", "main  (prog)"};
+  }
+  testing::write_results(dir.path(), runs);
+  auto m = load_report({dir.path()});
+  ASSERT_TRUE(m) << m.error().message();
+  const std::string md = to_markdown(*m);
+  const std::string stacks = (dir.path() / "runs/exit-a.s1000/crash-stacks.txt").string();
+  EXPECT_NE(md.find("| `" + stacks + "` |"), std::string::npos) << md;
+  EXPECT_NE(md.find("Top frames of `exit-a.s1000` (`SIGSEGV: pool::release | main`):\n\n```\n#0  pool::release  (prog)\n"
+                    "#1  main  (prog)\n```\n"),
+            std::string::npos)
+      << md;
+}
+
 TEST(to_markdown, all_good_says_so) {
   testing::temp_dir dir;
   testing::write_results(dir.path(), testing::runs("exit/a", 10));

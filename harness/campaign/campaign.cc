@@ -46,8 +46,13 @@ run_record to_record(const run_report& rep, const variant& v, const std::string&
   r.signature = rep.verdict.signature;
   if (keep_files) {
     r.log = "logs/" + run_id + ".log";
-    r.stacks = rep.evidence.stacks_path.empty() ? "" : "runs/" + run_id + "/" + rep.evidence.stacks_path.filename().string();
+    // A crash's stacks are the crashing process's; a hang's, every process's at the timeout.
+    const fs::path& stacks = rep.verdict.result == outcome::crash && !rep.evidence.crash_stacks_path.empty()
+                                 ? rep.evidence.crash_stacks_path
+                                 : !rep.evidence.stacks_path.empty() ? rep.evidence.stacks_path : rep.evidence.crash_stacks_path;
+    r.stacks = stacks.empty() ? "" : "runs/" + run_id + "/" + stacks.filename().string();
   }
+  r.frames = rep.verdict.top_frames;
   r.leaked_pids = rep.evidence.leaked_pids;
   r.leaked_shm = rep.evidence.leaked_shm;
   r.timestamp = detail::iso_utc(rep.started);

@@ -80,6 +80,7 @@ void to_json(nlohmann::json& j, const run_record& r) {
       {"command", r.command},
   };
   if (!r.points_reached.empty()) j["points_reached"] = r.points_reached;
+  if (!r.frames.empty()) j["frames"] = r.frames;
   if (!r.late_cuda.empty()) {
     nlohmann::json late = nlohmann::json::array();
     for (const auto& l : r.late_cuda) late.push_back({{"api", l.api}, {"calls", l.calls}, {"signature", l.signature}});
@@ -112,6 +113,8 @@ void from_json(const nlohmann::json& j, run_record& r) {
   r.signature = str("signature");
   r.log = str("log");
   r.stacks = str("stacks");
+  r.frames.clear();
+  if (auto it = j.find("frames"); it != j.end() && !it->is_null()) r.frames = it->get<std::vector<std::string>>();
   r.leaked_pids = j.value("leaked_pids", std::vector<int>{});
   r.leaked_shm = j.value("leaked_shm", std::vector<std::string>{});
   r.timestamp = str("timestamp");

@@ -10,11 +10,13 @@
 //   w.append(record);                                  // thread-safe, one line per call
 //   auto all = harness::read_results("out/results.jsonl");
 //
-// Line format (fields always present, null where not applicable, except "points_reached", which
-// is left out when empty):
+// Line format (fields always present, null where not applicable, except "points_reached" and
+// "frames", which are left out when empty):
 //   {"run_id","run","name","seed","faults","injected","outcome","phase","exit_code",
-//    "signal":{"name","number"},"duration_ms","signature","log","stacks","leaked_pids",
+//    "signal":{"name","number"},"duration_ms","signature","log","stacks","frames","leaked_pids",
 //    "leaked_shm","timestamp","command","points_reached"}
+// "stacks" is a hang's stack dump (runs/RUN/stacks.txt) or a crash's (runs/RUN/crash-stacks.txt);
+// "frames" the top frames of the stack its signature was made from ("f  (module)", top first).
 // Paths ("log", "stacks") are relative to the directory that holds the results file, so an output
 // directory can be moved or archived whole. They are null for a run whose files were not kept
 // (a passing run beyond the first few, see campaign_options::keep).
@@ -77,7 +79,12 @@ struct run_record {
   std::int64_t duration_ms = 0;
   std::string signature;           ///< crash/hang/fail grouping key ("" for pass)
   std::string log;                 ///< the run's stdout+stderr ("logs/RUN.log"; "" when not kept)
-  std::string stacks;              ///< the stack dump ("runs/RUN/stacks.txt"; "" when none was taken or kept)
+  /// The stack dump: a hang's ("runs/RUN/stacks.txt"), a crash's ("runs/RUN/crash-stacks.txt");
+  /// "" when none was taken or kept.
+  std::string stacks;
+  /// The top frames of the crashing thread, or of a hung tree's blocked thread
+  /// (classification::top_frames); empty for other outcomes or without a stack.
+  std::vector<std::string> frames;
   std::vector<int> leaked_pids;    ///< processes left behind (killed by the harness)
   std::vector<std::string> leaked_shm;  ///< /dev/shm entries left behind (removed)
   std::string timestamp;           ///< start time, ISO 8601 UTC with milliseconds

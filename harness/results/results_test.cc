@@ -171,6 +171,17 @@ TEST(run_record, points_reached_round_trips_and_is_left_out_when_empty) {
   EXPECT_EQ(j.get<run_record>().points_reached, a.points_reached);
 }
 
+TEST(run_record, frames_round_trip_and_are_left_out_when_empty) {
+  auto a = sample(3);
+  EXPECT_FALSE(nlohmann::json(a).contains("frames"));
+  a.stacks = "runs/x.s3/crash-stacks.txt";
+  a.frames = {"pool::release  (prog)", "main  (prog)"};
+  auto j = nlohmann::json(a);
+  EXPECT_EQ(j["frames"], nlohmann::json({"pool::release  (prog)", "main  (prog)"}));
+  EXPECT_EQ(j["stacks"], "runs/x.s3/crash-stacks.txt");
+  EXPECT_EQ(j.get<run_record>().frames, a.frames);
+}
+
 TEST(run_record, late_cuda_calls_round_trip_and_are_left_out_when_none) {
   auto a = sample(3);
   EXPECT_FALSE(nlohmann::json(a).contains("late_cuda"));

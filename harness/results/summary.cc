@@ -61,7 +61,7 @@ bool summary_builder::add(const run_record& r) {
   ++s.failures;
   keep_first(s.first_failure, r);
   auto [it, fresh] = st.group_of.emplace(r.signature, s.signatures.size());
-  if (fresh) s.signatures.push_back({r.signature, r.result, r.when, 0, r.run_id, r.log, r.run});
+  if (fresh) s.signatures.push_back({r.signature, r.result, r.when, 0, r.run_id, r.log, r.run, r.stacks, r.frames});
   signature_group& g = s.signatures[it->second];
   ++g.count;
   if (r.run < g.first_run_number) {
@@ -70,6 +70,8 @@ bool summary_builder::add(const run_record& r) {
     g.first_run = r.run_id;
     g.first_log = r.log;
     g.first_run_number = r.run;
+    g.first_stacks = r.stacks;
+    g.first_frames = r.frames;
   }
   return true;
 }
@@ -120,7 +122,9 @@ nlohmann::json to_json(const variant_summary& s) {
                     {"outcome", to_string(g.result)},
                     {"phase", g.when == phase::none ? nlohmann::json(nullptr) : nlohmann::json(to_string(g.when))},
                     {"first_run", g.first_run},
-                    {"log", g.first_log}});
+                    {"log", g.first_log},
+                    {"stacks", g.first_stacks.empty() ? nlohmann::json(nullptr) : nlohmann::json(g.first_stacks)},
+                    {"frames", g.first_frames}});
   }
   nlohmann::json j = {{"name", s.name},
                       {"runs", s.runs},

@@ -41,6 +41,8 @@ struct signature_group {
   std::string first_run;           ///< run_id of the earliest (lowest run number) occurrence
   std::string first_log;           ///< its log, relative to the output directory
   std::uint64_t first_run_number = 0;  ///< its run number
+  std::string first_stacks;        ///< its stack dump, relative to the output directory ("" when none)
+  std::vector<std::string> first_frames;  ///< its top frames (run_record::frames)
 };
 
 /// One CUDA API called after the runtime's teardown, over a variant's runs.
@@ -107,7 +109,8 @@ class summary_builder {
 std::vector<variant_summary> summarise(const std::vector<run_record>& records, const std::vector<std::string>& names);
 
 /// {"name","runs","outcomes":{...},"failures","failure_rate","failure_rate_lower95",
-///  "failure_rate_upper95","signatures":[{"signature","count","phase","outcome","first_run","log"}]}
+///  "failure_rate_upper95","signatures":[{"signature","count","phase","outcome","first_run","log",
+///  "stacks","frames"}]} ("stacks" null and "frames" [] when the first run has none)
 /// plus "points_never_reached":[...] for a variant with a fault spec ([] when every point of it
 /// was reached).
 nlohmann::json to_json(const variant_summary& s);

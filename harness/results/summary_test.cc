@@ -95,6 +95,29 @@ TEST(summary_builder, first_occurrence_sets_a_groups_outcome_and_phase) {
   EXPECT_EQ(s.signatures[0].first_run, early.run_id);
 }
 
+TEST(summary_builder, a_signature_points_to_its_first_runs_stacks_and_top_frames) {
+  summary_builder b(std::vector<summary_key>{{"a", ""}});
+  auto late = rec(9, "a", outcome::crash, "SIGSEGV: f");
+  late.stacks = "runs/" + late.run_id + "/crash-stacks.txt";
+  late.frames = {"g  (prog)"};
+  auto early = rec(2, "a", outcome::crash, "SIGSEGV: f");
+  early.stacks = "runs/" + early.run_id + "/crash-stacks.txt";
+  early.frames = {"f  (prog)", "main  (prog)"};
+  auto bare = rec(4, "a", outcome::hang, "hang");  // no stacks taken
+  b.add(late);
+  b.add(early);
+  b.add(bare);
+  auto s = b.summaries().at(0);
+  ASSERT_EQ(s.signatures.size(), 2u);
+  EXPECT_EQ(s.signatures[0].first_stacks, early.stacks);
+  EXPECT_EQ(s.signatures[0].first_frames, early.frames);
+  auto j = to_json(s);
+  EXPECT_EQ(j["signatures"][0]["stacks"], early.stacks);
+  EXPECT_EQ(j["signatures"][0]["frames"], nlohmann::json({"f  (prog)", "main  (prog)"}));
+  EXPECT_TRUE(j["signatures"][1]["stacks"].is_null());
+  EXPECT_EQ(j["signatures"][1]["frames"], nlohmann::json::array());
+}
+
 TEST(summary_builder, ignores_records_of_other_variants) {
   summary_builder b(std::vector<summary_key>{{"a", ""}});
   EXPECT_FALSE(b.add(rec(0, "zz", outcome::crash, "s")));

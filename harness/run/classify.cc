@@ -114,12 +114,14 @@ std::optional<frame> parse_gdb_frame(std::string_view line) {
   auto rest_opt = after_frame_number(line);
   if (!rest_opt) return std::nullopt;
   std::string_view rest = *rest_opt;
+  frame f;
   if (starts_with(rest, "0x")) {
     auto in = rest.find(" in ");
     if (in == std::string_view::npos) return std::nullopt;
+    std::string_view hex = rest.substr(2, in - 2);
+    std::from_chars(hex.data(), hex.data() + hex.size(), f.address, 16);
     rest.remove_prefix(in + 4);
   }
-  frame f;
   if (auto from = rest.rfind(" from "); from != std::string_view::npos) {
     f.module = std::string(trim(rest.substr(from + 6)));
     rest = rest.substr(0, from);
@@ -164,6 +166,64 @@ std::optional<frame> parse_eu_stack_frame(std::string_view line) {
   name = name.substr(0, name.find('@'));  // symbol version: "clock_nanosleep@GLIBC_2.2.5"
   f.function = name.empty() ? "??" : strip_parameters(demangle(name));
   return f;
+}
+
+// One line of gdb's `info proc mappings` that maps a file:
+// "      0x7f..000     0x7f..000   0x156000    0x26000  r-xp   /usr/lib/x86_64-linux-gnu/libc.so.6"
+// (gdb 12 and older print no permissions column).
+struct mapping {
+  std::uint64_t start = 0;
+  std::uint64_t end = 0;
+  std::string path;
+};
+
+std::optional<mapping> parse_mapping(std::string_view line) {
+  std::string_view rest = trim(line);
+  std::uint64_t fields[4] = {};
+  for (auto& v : fields) {
+    if (!starts_with(rest, "0x")) return std::nullopt;
+    auto sp = rest.find(' ');
+    if (sp == std::string_view::npos) return std::nullopt;
+    std::string_view hex = rest.substr(2, sp - 2);
+    if (std::from_chars(hex.data(), hex.data() + hex.size(), v, 16).ec != std::errc()) return std::nullopt;
+    rest = trim(rest.substr(sp));
+  }
+  if (!rest.empty() && rest.front() != '/') {  // permissions
+    auto sp = rest.find(' ');
+    rest = sp == std::string_view::npos ? std::string_view() : trim(rest.substr(sp));
+  }
+  if (rest.empty() || rest.front() != '/' || fields[1] <= fields[0]) return std::nullopt;
+  return mapping{fields[0], fields[1], std::string(rest)};
+}
+
+// gdb names no module for a frame of a module with debug info (faultline's preloaded libraries
+// among them) nor for one of a stripped program: the section's mappings, where the capture
+// printed them, say which file holds each address. Offsets are from the file's lowest mapping,
+// its load base, as the other formats give them.
+void place_in_modules(std::vector<thread_stack>& threads, std::size_t first, const std::vector<mapping>& maps) {
+  if (maps.empty()) return;
+  std::map<std::string_view, std::uint64_t> base;
+  for (const auto& m : maps) {
+    auto [it, added] = base.emplace(m.path, m.start);
+    if (!added) it->second = std::min(it->second, m.start);
+  }
+  for (std::size_t t = first; t < threads.size(); ++t) {
+    auto& frames = threads[t].frames;
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+      frame& f = frames[i];
+      // gdb prints an address only on the innermost of the frames inlined at one pc: the
+      // frames after it without one are the functions it was inlined into, at the same pc.
+      if (f.address == 0 && f.module.empty() && i > 0 && frames[i - 1].address != 0) f.address = frames[i - 1].address;
+      if (!f.module.empty() || f.address == 0) continue;
+      for (const auto& m : maps) {
+        if (f.address < m.start || f.address >= m.end) continue;
+        f.module = m.path;
+        f.offset = f.address - base[m.path];
+        f.has_offset = true;
+        break;
+      }
+    }
+  }
 }
 
 enum class section_format { unknown, gdb, eu_stack, agent, proc };
@@ -214,12 +274,12 @@ bool system_module(std::string_view module) {
   static constexpr std::string_view prefixes[] = {
       "libc.so", "libc-", "libm.so", "libm-", "libmvec", "libpthread", "libdl.so", "libdl-", "librt.so",
       "librt-", "libstdc++", "libgcc_s", "ld-linux", "ld-2.", "ld.so", "ld64.so", "linux-vdso", "linux-gate",
-      "[vdso", "libcuda.so", "libcudart", "libcupti", "libnvidia-", "libfaultline_agent", "libasan", "libtsan", "libubsan",
+      "[vdso", "libcuda.so", "libcudart", "libcupti", "libnvidia-", "libasan", "libtsan", "libubsan",
       "liblsan", "libhwasan"};
   std::string_view mod = basename(module);
   for (std::string_view p : prefixes)
     if (starts_with(mod, p)) return true;
-  return false;
+  return faultline_module(module);
 }
 
 // The C library's calls that a blocked or starting thread sits in, for frames without a module:
@@ -279,7 +339,7 @@ std::string program_signature(const std::vector<frame>& frames, std::size_t dept
 std::string runtime_signature(const std::vector<frame>& frames) {
   for (std::size_t i = after_handler(frames); i < frames.size(); ++i) {
     const frame& f = frames[i];
-    if (!f.module.empty() && f.module != "??") return module_and_offset(f);
+    if (!f.module.empty() && f.module != "??" && !faultline_module(f.module)) return module_and_offset(f);
   }
   return {};
 }
@@ -436,6 +496,14 @@ std::vector<thread_stack> parse_stacks(std::string_view stacks_text) {
   pid_t faulted_tid = 0;
   auto format = section_format::unknown;
   bool in_thread = false;
+  // A gdb section's `info proc mappings`, and the first thread of the section it names modules for.
+  std::vector<mapping> maps;
+  std::size_t section_start = 0;
+  auto close_section = [&] {
+    place_in_modules(out, section_start, maps);
+    maps.clear();
+    section_start = out.size();
+  };
   auto open_thread = [&](pid_t tid) {
     thread_stack t;
     t.pid = pid;
@@ -446,6 +514,7 @@ std::vector<thread_stack> parse_stacks(std::string_view stacks_text) {
   };
   for (std::string_view l : lines_of(stacks_text)) {
     if (auto head = parse_section_head(l)) {
+      close_section();
       pid = head->pid;
       faulted_tid = head->faulted_tid;
       format = head->format;
@@ -454,6 +523,7 @@ std::vector<thread_stack> parse_stacks(std::string_view stacks_text) {
     }
     // eu-stack's own header, under a "=== ... via eu-stack ===" line or alone.
     if (starts_with(l, "PID ") && ends_with(trim(l), " - process")) {
+      close_section();
       pid_t p = leading_int(l.substr(4));
       if (p != pid) faulted_tid = 0;
       pid = p;
@@ -465,6 +535,7 @@ std::vector<thread_stack> parse_stacks(std::string_view stacks_text) {
     switch (format) {
       case section_format::gdb:
         if (starts_with(l, "Thread ")) open_thread(gdb_thread_id(l));
+        else if (auto m = parse_mapping(l)) maps.push_back(std::move(*m));
         else f = parse_gdb_frame(l);
         break;
       case section_format::eu_stack:
@@ -481,6 +552,7 @@ std::vector<thread_stack> parse_stacks(std::string_view stacks_text) {
     }
     if (f && in_thread) out.back().frames.push_back(std::move(*f));
   }
+  close_section();
   return out;
 }
 
@@ -488,6 +560,13 @@ std::vector<frame> thread_frames(std::string_view stacks_text, pid_t pid, pid_t 
   for (auto& t : parse_stacks(stacks_text))
     if (t.pid == pid && t.tid == tid) return std::move(t.frames);
   return {};
+}
+
+bool faultline_module(std::string_view module) {
+  const std::string_view mod = basename(module);
+  for (std::string_view p : {"libfaultline_", "fiu_posix_preload", "fiu_run_preload", "libfiu.so", "libfiu-"})
+    if (starts_with(mod, p)) return true;
+  return false;
 }
 
 bool meaningful(const frame& f) {
@@ -512,6 +591,17 @@ void symbolise(std::vector<frame>& frames) { symbolise_stacks({&frames}); }
 std::string frames_signature(const std::vector<frame>& frames, std::size_t depth) {
   std::string out = program_signature(frames, depth);
   return out.empty() ? runtime_signature(frames) : out;
+}
+
+std::vector<std::string> top_frame_lines(const std::vector<frame>& frames, std::size_t max, bool below_handler) {
+  std::vector<std::string> out;
+  for (std::size_t i = below_handler ? after_handler(frames) : 0; i < frames.size() && out.size() < max; ++i) {
+    const frame& f = frames[i];
+    const bool has_module = !f.module.empty() && f.module != "??";
+    if (unnamed(f)) out.push_back(has_module ? module_and_offset(f) : "??");
+    else out.push_back(has_module ? f.function + "  (" + std::string(basename(f.module)) + ")" : f.function);
+  }
+  return out;
 }
 
 std::string hang_signature(std::string_view stacks_text, std::size_t depth) {
@@ -698,11 +788,19 @@ classification classify(const run_evidence& e) {
     if (!e.stacks_path.empty()) {
       if (auto text = detail::read_file(e.stacks_path, 1 << 24)) {
         frames_sig = hang_signature(*text);
-        if (frames_sig.empty()) {
+        // The stack shown: the first thread blocked in the program's code, else the leader's.
+        auto threads = parse_stacks(*text);
+        std::vector<frame>* shown = nullptr;
+        for (auto& t : threads) {
+          const bool in_program = std::any_of(t.frames.begin(), t.frames.end(), [](const frame& f) { return meaningful(f); });
+          if (!shown && ((!frames_sig.empty() && in_program) || (frames_sig.empty() && t.pid == e.leader && t.tid == e.leader)))
+            shown = &t.frames;
+        }
+        if (shown) {
+          symbolise(*shown);
           // No thread is in the program's code: name the runtime the leader is stuck in.
-          auto frames = thread_frames(*text, e.leader, e.leader);
-          symbolise(frames);
-          frames_sig = frames_signature(frames);
+          if (frames_sig.empty()) frames_sig = frames_signature(*shown);
+          c.top_frames = top_frame_lines(*shown, top_frames_kept, false);
         }
       }
     }
@@ -731,6 +829,7 @@ classification classify(const run_evidence& e) {
     symbolise_stacks({&full, &reported});
     // Program frames from either stack first; a runtime's module+offset only when neither has
     // one (crash.PID's frames carry offsets, gdb's do not).
+    c.top_frames = top_frame_lines(full.empty() ? reported : full);
     std::string frames_sig = program_signature(full, 3);
     if (frames_sig.empty()) frames_sig = program_signature(reported, 3);
     if (frames_sig.empty()) frames_sig = runtime_signature(reported);

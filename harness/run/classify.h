@@ -62,6 +62,9 @@ struct frame {
   /// code whose symbols were stripped (a runtime linked statically into a library). Never the
   /// program's own frame; left unnamed rather than named after whatever symbol precedes it.
   bool outside_functions = false;
+  /// The frame's address in its process, as a stack dump printed it (0 when not printed): how a
+  /// gdb frame without a module is placed in one (gdb names none for code with debug info).
+  std::uint64_t address = 0;
 };
 
 /// A parsed crash.PID file.
@@ -92,6 +95,7 @@ struct thread_stack {
 /// Every thread of a stacks.txt, in order. Sections open with "=== process PID (COMM) ... via
 /// METHOD ===" (stacks.h) and hold, by METHOD: gdb's `thread apply all bt` ("Thread N (Thread
 /// 0x.. (LWP TID) "name"):" then "#K  0x.. in f (args) at file:line" / "... from MODULE"),
+/// followed by its `info proc mappings`, which places the frames gdb gave no module in theirs,
 /// eu-stack's output ("PID N - process", "TID N:", "#K  0x.. f - MODULE"; a bare eu-stack
 /// output with no "===" header is read too), the agent's stacks.PID (protocol.h) or /proc's
 /// (threads without frames). A thread listed twice (two agent dumps) appears twice.
@@ -101,10 +105,16 @@ std::vector<thread_stack> parse_stacks(std::string_view stacks_text);
 /// empty when not found.
 std::vector<frame> thread_frames(std::string_view stacks_text, pid_t pid, pid_t tid);
 
+/// True for the libraries faultline itself puts into a run's processes: the preloaded agent
+/// (libfaultline_agent.so), the lock/ points (libfaultline_lock_points.so) and libfiu's
+/// (fiu_posix_preload.so, fiu_run_preload.so, libfiu.so) that posix/ points preload. Judged by
+/// the file name of `module`, a path or a bare name.
+bool faultline_module(std::string_view module);
+
 /// False for frames that say nothing about the program. By module: libc, libm, libpthread,
 /// libdl, librt, libstdc++, libgcc_s, the loader (ld-linux, ld.so), the vDSO, libcuda,
-/// libcudart, libnvidia-*, the sanitizer runtimes and the preloaded agent
-/// (libfaultline_agent.so). By name, whatever the module: signal trampolines, abort/raise/exit,
+/// libcudart, libnvidia-*, the sanitizer runtimes and faultline's own (faultline_module: every
+/// frame of them, whatever its name). By name, whatever the module: signal trampolines, abort/raise/exit,
 /// start-up (_start, start_thread, clone), names beginning "__", std::/__gnu_cxx::/__cxxabiv1::/
 /// cudart:: internals and the agent's own (faultline::agent::). A frame with no module (gdb
 /// names libc's functions without one when libc has debug info) is also judged by name against
@@ -122,8 +132,9 @@ void symbolise(std::vector<frame>& frames);
 
 /// "f | g | h": the first `depth` meaningful frames after the first signal trampoline (frames
 /// before it are the handler's), unnamed ones as "module+0xoff". When no frame is meaningful,
-/// the first frame that has a module: "libcuda.so.1+0x1234" (its module's file name, and its
-/// offset when known), so a crash entirely inside a runtime still has a stable signature.
+/// the first frame that has a module other than faultline's: "libcuda.so.1+0x1234" (its
+/// module's file name, and its offset when known), so a crash entirely inside a runtime still
+/// has a stable signature.
 /// "" when no frame has a module either.
 std::string frames_signature(const std::vector<frame>& frames, std::size_t depth = 3);
 
@@ -201,7 +212,23 @@ struct classification {
   std::optional<int> exit_code;
   std::optional<int> signal;
   std::string signature;
+  /// The stack behind a crash's or a hang's signature, top first, at most top_frames_kept
+  /// (top_frame_lines): the crashing thread's frames below its signal handler; for a hang, every
+  /// frame of the first thread (in stacks.txt order) blocked in the program's code, else of the
+  /// leader's main thread. Empty when no stack was read, and for other outcomes.
+  std::vector<std::string> top_frames;
 };
+
+/// How many frames classification::top_frames keeps.
+inline constexpr std::size_t top_frames_kept = 8;
+
+/// One line per frame, top first, at most `max` of them: "f  (module)" (its module's file name),
+/// "module+0xoff" for an unnamed frame, "f" when the module is unknown; with `below_handler`,
+/// frames before the first signal trampoline (a crash handler's) are left out (a hang keeps
+/// them: a thread may block in a handler, an fn/ point's delay among them). Every other frame
+/// is listed, runtime and faultline's included: this is the stack, not the signature.
+std::vector<std::string> top_frame_lines(const std::vector<frame>& frames, std::size_t max = top_frames_kept,
+                                         bool below_handler = true);
 
 /// Classifies one run from the evidence and the run directory's files.
 classification classify(const run_evidence& e);

@@ -360,6 +360,103 @@ TEST(hang_signature, dedupes_drops_threads_without_program_frames_and_ignores_id
             "");
 }
 
+// gdb's capture of a program hung under a lock/ point: the lock wrapper's frames and the agent's
+// start-up frame have debug info, so gdb names them but gives them no module; the section's
+// `info proc mappings` places them in faultline's libraries. The program (no debug info) blocks
+// in worker_step; its second process sleeps in an exit/end delay, inside the agent only.
+constexpr const char* gdb_with_mappings =
+    "=== process 1000 (prog) ppid 1 pgrp 1000 state S via gdb ===\n"
+    "Thread 1 (Thread 0x7f00 (LWP 1000) \"prog\"):\n"
+    "#0  __futex_abstimed_wait_common (futex_word=0x7f1) at ./nptl/futex-internal.c:57\n"
+    "#1  0x00007f0000112345 in do_futex_wait (sem=0x7f1) at ./nptl/sem_waitcommon.c:111\n"
+    "#2  0x00007f0000400120 in operator() (__closure=<synthetic pointer>) at ../faults/preload/lock_points.cc:207\n"
+    "#3  (anonymous namespace)::waiting<sem_t, sem_wait(sem_t*)::<lambda()> > (wait_point=0x7f0 \"lock/sem/wait\") at ../faults/preload/lock_points.cc:152\n"
+    "#4  sem_wait (s=0x7f1) at ../faults/preload/lock_points.cc:207\n"
+    "#5  0x0000555500001180 in worker_step() ()\n"
+    "#6  0x0000555500001250 in main ()\n"
+    "#7  0x00007f0000500c47 in (anonymous namespace)::wrapped_main (argc=1, argv=0x7ffe, envp=<optimized out>) at ../faults/preload/preload.cc:128\n"
+    "#8  0x00007f000012a24a in __libc_start_call_main (main=...) at ../sysdeps/nptl/libc_start_call_main.h:58\n"
+    "process 1000\n"
+    "Mapped address spaces:\n"
+    "\n"
+    "          Start Addr           End Addr       Size     Offset  Perms  objfile\n"
+    "      0x555500000000     0x555500001000     0x1000        0x0  r--p   /opt/app/prog\n"
+    "      0x555500001000     0x555500002000     0x1000     0x1000  r-xp   /opt/app/prog\n"
+    "      0x7f0000100000     0x7f0000126000    0x26000        0x0  r--p   /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+    "      0x7f0000126000     0x7f000027c000   0x156000    0x26000  r-xp   /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+    "      0x7f0000400000     0x7f0000410000    0x10000        0x0  r-xp   /opt/faultline/lib/libfaultline_lock_points.so\n"
+    "      0x7f0000500000     0x7f0000510000    0x10000        0x0  r-xp   /opt/faultline/lib/libfaultline_agent.so\n"
+    "[Inferior 1 (process 1000) detached]\n"
+    "\n"
+    "=== process 1001 (prog) ppid 1000 pgrp 1000 state S via gdb ===\n"
+    "Thread 1 (Thread 0x7f01 (LWP 1001) \"prog\"):\n"
+    "#0  0x00007f0000113456 in clock_nanosleep () from /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+    "#1  0x00007f0000500300 in (anonymous namespace)::hit_exit_point (plan=..., name=0x7f0 \"exit/end\") at ../faults/preload/preload.cc:66\n"
+    "#2  0x00007f0000500400 in (anonymous namespace)::exit_end_handler () at ../faults/preload/preload.cc:71\n"
+    "#3  0x00007f0000114000 in __run_exit_handlers () from /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+    "Mapped address spaces:\n"
+    "      0x7f0000100000     0x7f000027c000   0x17c000        0x0  /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+    "      0x7f0000500000     0x7f0000510000    0x10000        0x0  /opt/faultline/lib/libfaultline_agent.so\n";
+
+TEST(parse_stacks, places_gdb_frames_without_a_module_by_the_sections_mappings) {
+  auto all = parse_stacks(gdb_with_mappings);
+  ASSERT_EQ(all.size(), 2u);
+  ASSERT_EQ(all[0].frames.size(), 9u);
+  EXPECT_EQ(all[0].frames[0].module, "");  // no address printed
+  EXPECT_EQ(all[0].frames[1].module, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+  EXPECT_EQ(all[0].frames[1].offset, 0x12345u);
+  EXPECT_EQ(all[0].frames[2].module, "/opt/faultline/lib/libfaultline_lock_points.so");
+  EXPECT_EQ(all[0].frames[2].offset, 0x120u);
+  // Frames 3 and 4 hold what frame 2 was inlined into: gdb prints no address for them.
+  for (std::size_t k : {3u, 4u}) {
+    EXPECT_EQ(all[0].frames[k].module, "/opt/faultline/lib/libfaultline_lock_points.so") << k;
+    EXPECT_EQ(all[0].frames[k].offset, 0x120u) << k;
+  }
+  EXPECT_EQ(all[0].frames[5].module, "/opt/app/prog");
+  EXPECT_EQ(all[0].frames[5].offset, 0x1180u);
+  EXPECT_TRUE(all[0].frames[5].has_offset);
+  EXPECT_EQ(all[0].frames[7].module, "/opt/faultline/lib/libfaultline_agent.so");
+  // A section's mappings place only its own frames; gdb's "from" stays as it was.
+  EXPECT_EQ(all[1].frames[0].module, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+  EXPECT_FALSE(all[1].frames[0].has_offset);
+  EXPECT_EQ(all[1].frames[1].module, "/opt/faultline/lib/libfaultline_agent.so");
+}
+
+TEST(hang_signature, skips_every_frame_of_faultlines_own_libraries) {
+  // Not "operator() | ..." (the lock wrapper's lambda), nor the wrapper it was inlined into
+  // (waiting<...>, sem_wait), nor wrapped_main or hit_exit_point.
+  EXPECT_EQ(hang_signature(gdb_with_mappings), "worker_step");
+}
+
+TEST_F(classify_dir, hang_inside_faultlines_frames_only_is_named_where_it_blocks_in_the_runtime) {
+  // Only the second process of gdb_with_mappings, as the leader: agent and libc frames.
+  const std::string text = gdb_with_mappings;
+  write(stacks_file, text.substr(text.find("=== process 1001")));
+  e_.leader = 1001;
+  e_.stacks_path = dir_ / stacks_file;
+  e_.timed_out = true;
+  e_.wait_status = killed(SIGKILL);
+  EXPECT_EQ(classify(e_).signature, "hang: libc.so.6");
+}
+
+TEST(meaningful, skips_every_library_faultline_puts_into_a_process_whatever_the_name) {
+  for (const char* module : {"/opt/faultline/lib/libfaultline_agent.so", "/opt/faultline/lib/libfaultline_lock_points.so",
+                             "/usr/lib/fiu/fiu_posix_preload.so", "/usr/lib/fiu/fiu_run_preload.so",
+                             "/usr/lib/x86_64-linux-gnu/libfiu.so.1"}) {
+    EXPECT_TRUE(faultline_module(module)) << module;
+    EXPECT_FALSE(meaningful({"operator()", module, 0x10, true})) << module;
+    EXPECT_FALSE(meaningful({"(anonymous namespace)::hit", module, 0x10, true})) << module;
+  }
+  EXPECT_FALSE(faultline_module("/opt/app/prog"));
+  EXPECT_TRUE(meaningful({"operator()", "/opt/app/prog", 0x10, true}));
+}
+
+TEST(frames_signature, a_stack_of_faultline_and_runtime_frames_is_named_by_the_runtime) {
+  const std::vector<frame> frames = {{"??", "/opt/faultline/lib/libfaultline_agent.so", 0x10, true},
+                                     {"??", "/usr/lib/x86_64-linux-gnu/libc.so.6", 0x20, true}};
+  EXPECT_EQ(frames_signature(frames), "libc.so.6+0x20");
+}
+
 TEST(find_invariant, names_the_first_violated_invariant) {
   EXPECT_EQ(find_invariant("setup\ninvariant violated: pool/free-plus-live: 10 != 12\nmore\n"), "pool/free-plus-live");
   EXPECT_EQ(find_invariant("invariant violated: no-hang\n"), "no-hang");
@@ -486,6 +583,47 @@ TEST_F(classify_dir, crash_takes_the_crashing_threads_frames_from_crash_stacks) 
   auto c = classify(e_);
   EXPECT_EQ(c.result, outcome::crash);
   EXPECT_EQ(c.signature, "SIGSEGV: pool::release | worker");
+  // The stack a person reads first: the crashing thread below the agent's handler, every frame.
+  EXPECT_EQ(c.top_frames, (std::vector<std::string>{"pool::release", "worker", "start_thread", "clone3"}));
+}
+
+TEST_F(classify_dir, a_hang_shows_the_stack_of_a_thread_blocked_in_the_program) {
+  write(stacks_file, gdb_with_mappings);
+  e_.stacks_path = dir_ / stacks_file;
+  e_.timed_out = true;
+  e_.wait_status = killed(SIGKILL);
+  auto c = classify(e_);
+  EXPECT_EQ(c.signature, "hang: worker_step");
+  ASSERT_EQ(c.top_frames.size(), top_frames_kept);
+  EXPECT_EQ(c.top_frames[0], "__futex_abstimed_wait_common");
+  EXPECT_EQ(c.top_frames[1], "do_futex_wait  (libc.so.6)");
+  EXPECT_EQ(c.top_frames[2], "operator()  (libfaultline_lock_points.so)");
+  EXPECT_EQ(c.top_frames[4], "sem_wait  (libfaultline_lock_points.so)");
+  EXPECT_EQ(c.top_frames[5], "worker_step  (prog)");
+  // Only faultline's and the runtime's frames: the leader's stack.
+  const std::string text = gdb_with_mappings;
+  write(stacks_file, text.substr(text.find("=== process 1001")));
+  e_.leader = 1001;
+  c = classify(e_);
+  EXPECT_EQ(c.top_frames, (std::vector<std::string>{"clock_nanosleep  (libc.so.6)", "(anonymous namespace)::hit_exit_point  (libfaultline_agent.so)",
+                                                    "(anonymous namespace)::exit_end_handler  (libfaultline_agent.so)",
+                                                    "__run_exit_handlers  (libc.so.6)"}));
+  // No stacks, no frames; other outcomes have none.
+  e_.stacks_path.clear();
+  EXPECT_TRUE(classify(e_).top_frames.empty());
+}
+
+TEST(top_frame_lines, names_module_and_offset_of_unnamed_frames_and_stops_at_the_limit) {
+  const std::vector<frame> frames = {{"on_crash", "/opt/lib/libfaultline_agent.so", 0x10, true},
+                                     {"<signal handler called>", "", 0, false},
+                                     {"??", "/opt/app/prog", 0x1234, true},
+                                     {"main", "/opt/app/prog", 0x1300, true},
+                                     {"??", "", 0, false}};
+  EXPECT_EQ(top_frame_lines(frames), (std::vector<std::string>{"prog+0x1234", "main  (prog)", "??"}));
+  EXPECT_EQ(top_frame_lines(frames, 1), (std::vector<std::string>{"prog+0x1234"}));
+  // A hang's stack keeps its handler's frames: the thread may block there.
+  EXPECT_EQ(top_frame_lines(frames, 3, false),
+            (std::vector<std::string>{"on_crash  (libfaultline_agent.so)", "<signal handler called>", "prog+0x1234"}));
 }
 
 TEST_F(classify_dir, crash_falls_back_to_the_crash_file_without_the_thread_or_the_file) {

@@ -325,7 +325,7 @@ core::status capture_core(const std::vector<pid_t>& pids, const fs::path& cwd, c
       }
       auto env = current_environment();
       set_env(env, "DEBUGINFOD_URLS", std::nullopt);
-      std::vector<std::string> tail = {"-ex", "thread apply all bt"};
+      std::vector<std::string> tail = {"-ex", "thread apply all bt", "-ex", "info proc mappings"};
       if (!exe.empty()) tail.push_back(exe.string());
       tail.insert(tail.end(), {"-c", core.string()});
       auto gdb = run_tool(gdb_argv(tail), gdb_timeout, env);

@@ -50,8 +50,9 @@ std::optional<std::string> via_gdb(pid_t pid, std::chrono::milliseconds timeout)
   // debuginfod would go to the network (and wait for it); -nx keeps user init files out.
   auto env = current_environment();
   set_env(env, "DEBUGINFOD_URLS", std::nullopt);
+  // The mappings after the frames: gdb names no module for code with debug info (classify.h).
   auto r = run_tool({"gdb", "-p", std::to_string(pid), "-batch", "-nx", "-iex", "set debuginfod enabled off", "-ex",
-                     "set pagination off", "-ex", "thread apply all bt"},
+                     "set pagination off", "-ex", "thread apply all bt", "-ex", "info proc mappings"},
                     timeout, env);
   if (!r || r->timed_out) return std::nullopt;
   // gdb prints its frames under "Thread N (...)" headers; without one it did not attach.

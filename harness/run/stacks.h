@@ -1,8 +1,8 @@
 // Capturing the stacks of a run's processes: of a hung run before it is killed, and of a run
 // whose crashing process is stopped in the agent's handler (protocol.h, "Crash capture").
 //
-// Five ways, best first: gdb in batch mode (`thread apply all bt` on every process, when gdb is
-// on PATH and can attach); eu-stack from elfutils (`eu-stack -m -i -p PID`: the same frames,
+// Five ways, best first: gdb in batch mode (`thread apply all bt`, then `info proc mappings`,
+// on every process, when gdb is on PATH and can attach); eu-stack from elfutils (`eu-stack -m -i -p PID`: the same frames,
 // faster to attach — 0.04 s against gdb's 0.25 s for a small program here; on PATH or named by
 // $FAULTLINE_EU_STACK); libdwfl, elfutils' library linked into the harness (dwfl_stacks.h: what
 // eu-stack prints, read from a thread of the harness, so always there — the way on machines
