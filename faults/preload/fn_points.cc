@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "faults/preload/detail/elf_symbols.h"
 #include "faults/preload/detail/plan_table.h"
 #include "faults/preload/detail/text.h"
 #include "faults/preload/preload_points.h"
@@ -115,41 +116,14 @@ struct symtab_search {
 };
 
 std::uintptr_t search_file(const char* path, std::uintptr_t bias, const char* symbol, std::uint64_t* size_out) noexcept {
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  struct stat st {};
   std::uintptr_t found = 0;
-  if (::fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(sizeof(Elf64_Ehdr))) {
-    void* map = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map != MAP_FAILED) {
-      const auto* base = static_cast<const char*>(map);
-      const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(base);
-      const auto size = static_cast<std::uint64_t>(st.st_size);
-      if (std::memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
-          eh->e_shoff + std::uint64_t{eh->e_shnum} * sizeof(Elf64_Shdr) <= size) {
-        const auto* sh = reinterpret_cast<const Elf64_Shdr*>(base + eh->e_shoff);
-        for (unsigned i = 0; i < eh->e_shnum && found == 0; ++i) {
-          if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum) continue;
-          const Elf64_Shdr& strs = sh[sh[i].sh_link];
-          if (sh[i].sh_offset + sh[i].sh_size > size || strs.sh_offset + strs.sh_size > size) continue;
-          const auto* syms = reinterpret_cast<const Elf64_Sym*>(base + sh[i].sh_offset);
-          const std::size_t n = sh[i].sh_size / sizeof(Elf64_Sym);
-          for (std::size_t k = 0; k < n; ++k) {
-            if (ELF64_ST_TYPE(syms[k].st_info) != STT_FUNC || syms[k].st_value == 0 ||
-                syms[k].st_name >= strs.sh_size)
-              continue;
-            if (std::strcmp(base + strs.sh_offset + syms[k].st_name, symbol) == 0) {
-              found = bias + syms[k].st_value;
-              *size_out = syms[k].st_size;
-              break;
-            }
-          }
-        }
-      }
-      ::munmap(map, static_cast<std::size_t>(st.st_size));
-    }
-  }
-  ::close(fd);
+  detail::elf_file(path).for_each_function(SHT_SYMTAB, [&](const char* name, std::uint64_t value, std::uint64_t size,
+                                                          unsigned type) {
+    if (type != STT_FUNC || std::strcmp(name, symbol) != 0) return true;
+    found = bias + value;
+    *size_out = size;
+    return false;
+  });
   return found;
 }
 

@@ -26,6 +26,7 @@
 #include <cstring>
 
 #include "faults/families.h"
+#include "faults/preload/detail/elf_symbols.h"
 #include "faults/preload/detail/next_symbol.h"
 #include "faults/preload/detail/plan_table.h"
 #include "faults/preload/preload_points.h"
@@ -170,57 +171,29 @@ void debug_file_candidates(const char* path, const char* base, std::uint64_t siz
 // .symtab, else from the .symtab of its separate debug file, else from its .dynsym. True when a
 // .symtab was read.
 bool read_module(const char* path, std::uintptr_t bias, bool symtab_only = false) noexcept {
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  bool had_symtab = false;
-  struct stat st {};
-  if (::fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(sizeof(Elf64_Ehdr))) {
-    void* map = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map != MAP_FAILED) {
-      const auto* base = static_cast<const char*>(map);
-      const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(base);
-      const auto size = static_cast<std::uint64_t>(st.st_size);
-      if (std::memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
-          eh->e_shoff + std::uint64_t{eh->e_shnum} * sizeof(Elf64_Shdr) <= size) {
-        const auto* sh = reinterpret_cast<const Elf64_Shdr*>(base + eh->e_shoff);
-        // .symtab names every function, local ones too; .dynsym only where there is no .symtab.
-        for (unsigned i = 0; i < eh->e_shnum; ++i) {
-          if (sh[i].sh_type == SHT_SYMTAB) had_symtab = true;
-        }
-        unsigned wanted = had_symtab ? SHT_SYMTAB : SHT_DYNSYM;
-        if (!had_symtab && !symtab_only) {
-          bool from_debug = false;
-          debug_file_candidates(path, base, size, [&](const char* debug) { return from_debug = read_module(debug, bias, true); });
-          if (from_debug) wanted = 0;  // its .symtab has the exported functions too
-        }
-        for (unsigned i = 0; i < eh->e_shnum && !(symtab_only && !had_symtab); ++i) {
-          if (sh[i].sh_type != wanted || sh[i].sh_link >= eh->e_shnum) continue;
-          const Elf64_Shdr& strs = sh[sh[i].sh_link];
-          if (strs.sh_type == SHT_NOBITS || sh[i].sh_offset + sh[i].sh_size > size || strs.sh_offset + strs.sh_size > size)
-            continue;
-          const auto* syms = reinterpret_cast<const Elf64_Sym*>(base + sh[i].sh_offset);
-          const std::size_t n = sh[i].sh_size / sizeof(Elf64_Sym);
-          for (std::size_t k = 0; k < n; ++k) {
-            const unsigned type = ELF64_ST_TYPE(syms[k].st_info);
-            if ((type != STT_FUNC && type != STT_GNU_IFUNC) || syms[k].st_value == 0 || syms[k].st_shndx == SHN_UNDEF ||
-                syms[k].st_name >= strs.sh_size)
-              continue;
-            const char* name = base + strs.sh_offset + syms[k].st_name;
-            if (std::strlen(name) > max_filter_chars || !filter_matches(name)) continue;
-            const unsigned at = span_count.load(std::memory_order_relaxed);
-            if (at == max_spans) break;
-            function_span& f = spans[at];
-            f.start = bias + syms[k].st_value;
-            f.end = f.start + (syms[k].st_size != 0 ? syms[k].st_size : 1);
-            std::strcpy(f.name, name);
-            span_count.store(at + 1, std::memory_order_release);
-          }
-        }
-      }
-      ::munmap(map, static_cast<std::size_t>(st.st_size));
-    }
+  const detail::elf_file file(path);
+  if (!file.valid()) return false;
+  // .symtab names every function, local ones too; .dynsym only where there is no .symtab.
+  const bool had_symtab = file.has_section(SHT_SYMTAB);
+  if (symtab_only && !had_symtab) return false;
+  unsigned wanted = had_symtab ? SHT_SYMTAB : SHT_DYNSYM;
+  if (!had_symtab) {
+    bool from_debug = false;
+    debug_file_candidates(path, file.base(), file.size(),
+                          [&](const char* debug) { return from_debug = read_module(debug, bias, true); });
+    if (from_debug) return false;  // its .symtab has the exported functions too
   }
-  ::close(fd);
+  file.for_each_function(wanted, [&](const char* name, std::uint64_t value, std::uint64_t size, unsigned) {
+    if (std::strlen(name) > max_filter_chars || !filter_matches(name)) return true;
+    const unsigned at = span_count.load(std::memory_order_relaxed);
+    if (at == max_spans) return false;
+    function_span& f = spans[at];
+    f.start = bias + value;
+    f.end = f.start + (size != 0 ? size : 1);
+    std::strcpy(f.name, name);
+    span_count.store(at + 1, std::memory_order_release);
+    return true;
+  });
   return had_symtab;
 }
 
