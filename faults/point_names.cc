@@ -16,6 +16,8 @@ bool contains(const std::string_view (&table)[N], std::string_view name, bool pr
   return std::binary_search(std::begin(table), std::end(table), name);
 }
 
+}  // namespace
+
 std::size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<std::size_t> row(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -30,8 +32,6 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   }
   return row[b.size()];
 }
-
-}  // namespace
 
 bool has_place_table(const point_family& f) noexcept {
   if (f.places == place_set::fiu_posix) return std::size(fiu_posix_names) > 1;

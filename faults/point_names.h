@@ -10,6 +10,7 @@
 // Thread safety: constant data.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -25,6 +26,9 @@ bool has_place_table(const point_family& f) noexcept;
 /// with it, is a point of its family's table. Families without a table (exact, catalog,
 /// symbol) answer true.
 bool known_place(std::string_view name, bool prefix = false) noexcept;
+
+/// Levenshtein distance between `a` and `b` (insertions, deletions, substitutions).
+std::size_t edit_distance(std::string_view a, std::string_view b);
 
 /// The valid point name nearest to `name` by edit distance: the families' exact names and the
 /// generated tables. Empty when none is near (more than a third of the name differs).

@@ -159,23 +159,11 @@ namespace {
 std::string nearest_name(std::string_view name, const std::set<std::string>& names) {
   std::string best;
   std::size_t best_distance = name.size() / 3 + 1;
-  std::vector<std::size_t> row;
   for (const auto& candidate : names) {
     const std::size_t length_gap = candidate.size() > name.size() ? candidate.size() - name.size() : name.size() - candidate.size();
     if (length_gap >= best_distance) continue;
-    row.assign(candidate.size() + 1, 0);
-    for (std::size_t j = 0; j <= candidate.size(); ++j) row[j] = j;
-    for (std::size_t i = 1; i <= name.size(); ++i) {
-      std::size_t diagonal = row[0];
-      row[0] = i;
-      for (std::size_t j = 1; j <= candidate.size(); ++j) {
-        const std::size_t above = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (name[i - 1] == candidate[j - 1] ? 0 : 1)});
-        diagonal = above;
-      }
-    }
-    if (row[candidate.size()] < best_distance) {
-      best_distance = row[candidate.size()];
+    if (const std::size_t d = faults::edit_distance(name, candidate); d < best_distance) {
+      best_distance = d;
       best = candidate;
     }
   }
