@@ -108,6 +108,13 @@ bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds tim
   return true;
 }
 
+// Waits up to 60 s for the parent's signal in short sleeps. One long sleep is not enough under
+// TSan, which defers a signal that arrives outside a blocking call and may then hold it until the
+// sleep it enters next has ended (60 s later); each return from a short sleep delivers it.
+void await_signal() {
+  for (int i = 0; i < 60000; ++i) std::this_thread::sleep_for(1ms);
+}
+
 // The roles a child plays. Each attaches to FAULTLINE_ACCT_PATH, registers, charges, then acts.
 TEST(accounting_child, DISABLED_run) {
   const char* role_env = std::getenv("FAULTLINE_ACCT_CHILD");
@@ -133,12 +140,12 @@ TEST(accounting_child, DISABLED_run) {
     (void)(*r)->charge(0, kind::context, 1 * mib);  // SIGKILLed inside, slot odd
   } else if (role == "wait-for-signal") {
     ASSERT_TRUE((*r)->charge(0, kind::module, 2 * mib));
-    std::this_thread::sleep_for(60s);  // SIGTERMed by the parent
+    await_signal();  // SIGTERMed by the parent
   } else if (role == "locking-exit-handler") {
     auto g = (*r)->lock();
     ASSERT_TRUE(g);
     ASSERT_TRUE((*r)->charge(0, kind::module, 2 * mib));
-    std::this_thread::sleep_for(60s);  // SIGTERMed while holding the lock
+    await_signal();  // SIGTERMed while holding the lock
   } else if (role == "read-slots") {
     auto sum = (*r)->slots_sum(0);
     ASSERT_TRUE(sum) << sum.error().to_string();
