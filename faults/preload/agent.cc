@@ -22,6 +22,7 @@
 #include <ctime>
 
 #include "core/host_ids.h"
+#include "faults/preload/detail/sys.h"
 #include "faults/preload/detail/text.h"
 #include "faults/preload/phase_table.h"
 #include "faults/preload/protocol.h"
@@ -39,6 +40,7 @@ extern "C" int __gcclibcxx_demangle_callback(const char* mangled,
 namespace faultline::agent {
 namespace {
 
+namespace sys = detail::sys;
 using detail::fd_writer;
 using detail::fixed_string;
 using path_string = fixed_string<PATH_MAX>;
@@ -147,7 +149,7 @@ int open_pid_file(const char* prefix, pid_t pid, int flags) noexcept {
   if (path.overflowed()) return -1;
   int fd;
   do {
-    fd = ::open(path.c_str(), flags | O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    fd = sys::open(path.c_str(), flags | O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   } while (fd < 0 && errno == EINTR);
   return fd;
 }
@@ -161,18 +163,18 @@ void map_phase_table() noexcept {
   if (path.overflowed()) return;
   int fd;
   do {
-    fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    fd = sys::open(path.c_str(), O_RDWR | O_CLOEXEC);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return;
   struct stat st {};
   void* map = MAP_FAILED;
   if (::fstat(fd, &st) == 0 && st.st_size == phase_table_bytes) {
-    map = ::mmap(nullptr, phase_table_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    map = sys::mmap(nullptr, phase_table_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   }
-  ::close(fd);
+  sys::close(fd);
   if (map == MAP_FAILED) return;
   if (!phase_table_valid(*static_cast<const phase_table_header*>(map))) {
-    ::munmap(map, phase_table_bytes);
+    sys::munmap(map, phase_table_bytes);
     return;
   }
   phase_table = static_cast<char*>(map);
@@ -204,17 +206,17 @@ void map_phase_file() noexcept {
   if (path.overflowed()) return;
   int fd;
   do {
-    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);  // mmap needs read access
+    fd = sys::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);  // mmap needs read access
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return;
   struct stat st {};
   if (::fstat(fd, &st) != 0 || (st.st_size != 0 && st.st_size != phase_file_bytes) ||
-      (st.st_size == 0 && ::ftruncate(fd, phase_file_bytes) != 0)) {
-    ::close(fd);
+      (st.st_size == 0 && sys::ftruncate(fd, phase_file_bytes) != 0)) {
+    sys::close(fd);
     return;
   }
-  void* map = ::mmap(nullptr, phase_file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
+  void* map = sys::mmap(nullptr, phase_file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  sys::close(fd);
   if (map == MAP_FAILED) return;
   phase_map = static_cast<char*>(map);
   // After an exec the same pid's earlier image has marked already: continue after its marks.
@@ -254,7 +256,7 @@ bool append_marker(const char* marker) noexcept {
   int fd = open_pid_file(phase_file_prefix, core::host_pid(), O_APPEND);
   if (fd < 0) return false;
   bool ok = detail::write_all(fd, line, n + 1);  // one write: concurrent marks stay whole lines
-  ::close(fd);
+  sys::close(fd);
   return ok;
 }
 
@@ -268,10 +270,10 @@ void thread_name_of(pid_t tid, char (&name)[17]) noexcept {
   name[0] = '\0';
   path_string path;
   path.str("/proc/self/task/").dec(static_cast<std::uint64_t>(tid)).str("/comm");
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = sys::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
-  ssize_t n = ::read(fd, name, 16);
-  ::close(fd);
+  ssize_t n = sys::read(fd, name, 16);
+  sys::close(fd);
   if (n <= 0) return;
   name[n] = '\0';
   if (name[n - 1] == '\n') name[n - 1] = '\0';
@@ -282,11 +284,11 @@ void thread_name_of(pid_t tid, char (&name)[17]) noexcept {
 bool thread_blocks(pid_t tid, int sig) noexcept {
   path_string path;
   path.str("/proc/self/task/").dec(static_cast<std::uint64_t>(tid)).str("/status");
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = sys::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char text[4096];
-  ssize_t n = ::read(fd, text, sizeof(text) - 1);
-  ::close(fd);
+  ssize_t n = sys::read(fd, text, sizeof(text) - 1);
+  sys::close(fd);
   if (n <= 0) return false;
   text[n] = '\0';
   const char* field = std::strstr(text, "\nSigBlk:");
@@ -454,7 +456,7 @@ void report_crash(int sig, pid_t tid, const void* context) noexcept {
       fd_writer out(fd);
       write_frames(out, frames, count, demangle, context_pc(context) != 0 ? 1 : 0);
     }
-    ::close(fd);
+    sys::close(fd);
   }
   if (quiet_mode) return;
   fd_writer err(STDERR_FILENO);
@@ -491,7 +493,7 @@ void pass_on(int sig, pid_t tid) noexcept {
       next = previous_actions[i];
     }
   }
-  ::sigaction(sig, &next, nullptr);
+  sys::sigaction(sig, &next, nullptr);
   ::syscall(SYS_tgkill, ::getpid(), tid, sig);
 }
 
@@ -510,7 +512,7 @@ void report_crash_briefly(int sig, pid_t tid, const void* context) noexcept {
       detail::write_frame_line(out, 0, resolve_frame(pc, false), nullptr, max_demangle_chars);
     }
   }
-  ::close(fd);
+  sys::close(fd);
 }
 
 // Tells the runner and stops the whole process (all threads) until it has taken every thread's
@@ -523,8 +525,8 @@ bool stop_for_runner(int sig) noexcept {
       .dec(static_cast<std::uint64_t>(core::host_tid())).str(" ").dec(static_cast<std::uint64_t>(sig)).str("\n");
   if (text.overflowed()) return false;
   // One write below PIPE_BUF: atomic among the run's processes. SIGPIPE is blocked here.
-  if (::write(crash_channel_fd, text.c_str(), text.size()) != static_cast<ssize_t>(text.size())) return false;
-  ::kill(::getpid(), SIGSTOP);
+  if (sys::write(crash_channel_fd, text.c_str(), text.size()) != static_cast<ssize_t>(text.size())) return false;
+  sys::kill(::getpid(), SIGSTOP);
   return true;
 }
 
@@ -577,7 +579,7 @@ void write_silent_block(int fd, pid_t tid) noexcept {
 }
 
 int list_threads(pid_t* tids, int capacity) noexcept {
-  int dir = ::open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dir = sys::open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) return 0;
   int count = 0;
   alignas(8) char entries[4096];
@@ -599,7 +601,7 @@ int list_threads(pid_t* tids, int capacity) noexcept {
       at += reclen;
     }
   }
-  ::close(dir);
+  sys::close(dir);
   return count;
 }
 
@@ -649,7 +651,7 @@ void coordinate_dump(int sig, pid_t self, const void* context) noexcept {
     fd_writer out(fd);
     out.str(stacks_end_line).chr('\n');
   }
-  ::close(fd);
+  sys::close(fd);
 }
 
 void dump_handler(int sig, siginfo_t* info, void* context) {
@@ -664,7 +666,7 @@ void dump_handler(int sig, siginfo_t* info, void* context) {
       int fd = open_pid_file(stacks_file_prefix, core::host_pid(), O_APPEND);
       if (fd >= 0) {
         write_thread_block(fd, self, context);
-        ::close(fd);
+        sys::close(fd);
       }
       std::uint64_t writing = pack_request(self, request_writing);
       dump_request.compare_exchange_strong(writing, pack_request(self, request_answered));
@@ -688,7 +690,7 @@ void after_fork_in_child() {
   if (!agent_active.load(std::memory_order_acquire)) return;
   // The parent's slot or phase file is the parent's: the child takes its own (the table's
   // mapping, shared, is the child's too).
-  if (phase_map != nullptr) ::munmap(phase_map, phase_file_bytes);
+  if (phase_map != nullptr) sys::munmap(phase_map, phase_file_bytes);
   phase_map = nullptr;
   open_phase_record();
   append_marker(marker_run);
@@ -757,9 +759,9 @@ install_result install_once() noexcept {
   sigaddset(&crash.sa_mask, stack_dump_signal());
   sigaddset(&crash.sa_mask, SIGPIPE);
   for (int i = 0; i < crash_signal_count && crash_reporting != crash_mode::off; ++i) {
-    if (::sigaction(crash_signals[i], &crash, &previous_actions[i]) != 0) {
+    if (sys::sigaction(crash_signals[i], &crash, &previous_actions[i]) != 0) {
       int error = errno;
-      for (int j = 0; j < i; ++j) ::sigaction(crash_signals[j], &previous_actions[j], nullptr);
+      for (int j = 0; j < i; ++j) sys::sigaction(crash_signals[j], &previous_actions[j], nullptr);
       return {install_status::failed, error};
     }
   }
@@ -768,10 +770,10 @@ install_result install_once() noexcept {
   // SA_RESTART: the dump must not make the program's restartable system calls fail with EINTR.
   dump.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
   sigemptyset(&dump.sa_mask);
-  if (::sigaction(stack_dump_signal(), &dump, nullptr) != 0) {
+  if (sys::sigaction(stack_dump_signal(), &dump, nullptr) != 0) {
     int error = errno;
     for (int i = 0; i < crash_signal_count && crash_reporting != crash_mode::off; ++i) {
-      ::sigaction(crash_signals[i], &previous_actions[i], nullptr);
+      sys::sigaction(crash_signals[i], &previous_actions[i], nullptr);
     }
     return {install_status::failed, error};
   }
@@ -823,7 +825,7 @@ bool record_late_cuda(const char* api, int result) noexcept {
       out.chr('\n');
     }
   }
-  ::close(fd);
+  sys::close(fd);
   return true;
 }
 
@@ -838,16 +840,16 @@ bool prepare_thread() noexcept {
   if ((current.ss_flags & SS_DISABLE) == 0 && current.ss_size >= alt_stack_bytes) return true;
   if ((current.ss_flags & SS_ONSTACK) != 0) return false;
   std::size_t guard = page_bytes();
-  void* mapping = ::mmap(nullptr, alt_stack_bytes + guard, PROT_READ | PROT_WRITE,
+  void* mapping = sys::mmap(nullptr, alt_stack_bytes + guard, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (mapping == MAP_FAILED) return false;
   // Stacks grow down: the guard page below turns an overflow of the handler into a clean fault.
-  ::mprotect(mapping, guard, PROT_NONE);
+  sys::mprotect(mapping, guard, PROT_NONE);
   stack_t stack{};
   stack.ss_sp = static_cast<char*>(mapping) + guard;
   stack.ss_size = alt_stack_bytes;
   if (::sigaltstack(&stack, nullptr) != 0) {
-    ::munmap(mapping, alt_stack_bytes + guard);
+    sys::munmap(mapping, alt_stack_bytes + guard);
     return false;
   }
   agent_stack_mapping = mapping;
@@ -864,7 +866,7 @@ void release_thread() noexcept {
     off.ss_flags = SS_DISABLE;
     if (::sigaltstack(&off, nullptr) != 0) return;
   }
-  ::munmap(agent_stack_mapping, alt_stack_bytes + guard);
+  sys::munmap(agent_stack_mapping, alt_stack_bytes + guard);
   agent_stack_mapping = nullptr;
 }
 

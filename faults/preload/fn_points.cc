@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "faults/preload/detail/elf_symbols.h"
+#include "faults/preload/detail/sys.h"
 #include "faults/preload/detail/plan_table.h"
 #include "faults/preload/detail/text.h"
 #include "faults/preload/preload_points.h"
@@ -64,10 +65,10 @@ bool write_byte(std::uintptr_t address, std::uint8_t value) noexcept {
   auto* start = reinterpret_cast<void*>(address & ~static_cast<std::uintptr_t>(page - 1));
   const std::size_t span = (address + 1 - reinterpret_cast<std::uintptr_t>(start)) > static_cast<std::size_t>(page)
                                ? 2 * static_cast<std::size_t>(page) : static_cast<std::size_t>(page);
-  if (::mprotect(start, span, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return false;
+  if (detail::sys::mprotect(start, span, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return false;
   *reinterpret_cast<volatile std::uint8_t*>(address) = value;
   __builtin___clear_cache(reinterpret_cast<char*>(address), reinterpret_cast<char*>(address + 1));
-  return ::mprotect(start, span, PROT_READ | PROT_EXEC) == 0;
+  return detail::sys::mprotect(start, span, PROT_READ | PROT_EXEC) == 0;
 }
 
 void pass_on(int sig, siginfo_t* info, void* context) {
@@ -221,7 +222,7 @@ bool install(const char* spec) noexcept {
   trap.sa_sigaction = &on_trap;
   trap.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
   sigemptyset(&trap.sa_mask);
-  if (::sigaction(SIGTRAP, &trap, &previous_trap) != 0) return false;
+  if (detail::sys::sigaction(SIGTRAP, &trap, &previous_trap) != 0) return false;
   for (unsigned i = 0; i < breakpoint_count; ++i) {
     if (!write_byte(breakpoints[i].address, int3)) {
       err.str("faultline-agent: ").str(breakpoints[i].point).str(": cannot set its breakpoint\n");

@@ -18,8 +18,10 @@ namespace preload = faultline::agent::preload;
 constexpr unsigned max_spec = 4096;
 char spec_copy[max_spec + 1];
 detail::plan_table<16> items;
-// The callback's own writes (points.PID) are never failed. initial-exec: the agent is loaded at
-// start, and needs no __tls_get_addr (nothing of ld.so).
+// A wrapped call made while deciding (on this thread) is never failed. The callback's own writes
+// (points.PID) are system calls that do not come here (detail/sys.h); libfiu's wrappers also skip
+// calls made inside one of theirs. initial-exec: the agent is loaded at start, and needs no
+// __tls_get_addr (nothing of ld.so).
 [[gnu::tls_model("initial-exec")]] __thread bool deciding = false;
 
 // libfiu's external callback (fiu-control.h): nonzero fails the point, with *failinfo as the

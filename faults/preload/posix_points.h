@@ -5,8 +5,10 @@
 // with a callback that decides by the spec's own terms — probability, counts, FAULTLINE_SEED —
 // and records the item reached. Actions: fail(ERRNO) (the call is not made and fails with that
 // errno; plain fail gives libfiu's choice of a valid one), delay, kill, abort, print.
-// The agent's own writes (crash reports, markers) go through the same wrappers: a spec that fails
-// every write can cost a crash its report.
+// The items reach the program's calls only: the agent's own I/O (points reached, crash reports,
+// stack dumps, markers, its kill action, fn/ breakpoints) makes its system calls past libfiu's
+// wrappers (detail/sys.h), so it takes no count or draw and loses no record to an injected failure;
+// and the items are enabled last in the preload's constructor, after the agent's own set-up.
 #pragma once
 
 namespace faultline::agent::posix_points {

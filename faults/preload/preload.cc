@@ -38,6 +38,7 @@
 #include "faults/preload/agent.h"
 #include "faults/preload/detail/next_symbol.h"
 #include "faults/preload/detail/points.h"
+#include "faults/preload/detail/sys.h"
 #include "faults/preload/detail/text.h"
 #include "faults/preload/cuda_points.h"
 #include "faults/preload/fn_points.h"
@@ -73,9 +74,9 @@ void exit_end_handler(void*) { hit_exit_point(exit_end_plan, "exit/end"); }
 
 [[noreturn]] void die(const char* what) {
   const char prefix[] = "faultline-agent (preload): cannot find ";
-  (void)!::write(STDERR_FILENO, prefix, sizeof(prefix) - 1);
-  (void)!::write(STDERR_FILENO, what, std::strlen(what));
-  (void)!::write(STDERR_FILENO, "\n", 1);
+  (void)!detail::sys::write(STDERR_FILENO, prefix, sizeof(prefix) - 1);
+  (void)!detail::sys::write(STDERR_FILENO, what, std::strlen(what));
+  (void)!detail::sys::write(STDERR_FILENO, "\n", 1);
   std::abort();
 }
 
@@ -116,14 +117,16 @@ exit_fn next_exit() {
     faultline::agent::preload::open_points_file(faultline::agent::run_dir());
   }
   faultline::agent::preload::seed_points(std::getenv("FAULTLINE_SEED"));
-  if (posix) (void)faultline::agent::posix_points::install(spec);
 #if FAULTLINE_CUDA_POINTS
   (void)faultline::agent::fn_points::install(spec);  // after the agent's crash handlers: it chains to them
-#endif
-#if FAULTLINE_CUDA_POINTS
-  // Last: it hits process/start for this process, with the points file open and the seed set.
+  // It hits process/start for this process, with the points file open and the seed set.
   if (spawn) (void)faultline::agent::spawn_points::install(spec);
 #endif
+  // Last: from here on libfiu asks the agent at every wrapped libc call, and only the program's
+  // calls should be asked about. The agent's own system calls never pass libfiu's wrappers
+  // (detail/sys.h), but the set-up above also calls into ld.so (dlsym, dl_iterate_phdr), which
+  // may allocate through the wrapped malloc.
+  if (posix) (void)faultline::agent::posix_points::install(spec);
 }
 
 int wrapped_main(int argc, char** argv, char** envp) {

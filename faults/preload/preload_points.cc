@@ -14,6 +14,7 @@
 
 #include "core/host_ids.h"
 #include "faults/preload/detail/next_symbol.h"
+#include "faults/preload/detail/sys.h"
 #include "faults/preload/detail/text.h"
 #include "faults/preload/protocol.h"
 #include "faults/random.h"
@@ -37,7 +38,7 @@ void open_points_file(const char* run_dir) noexcept {
   detail::fixed_string<PATH_MAX> path;
   path.str(run_dir).str("/").str(points_file_prefix).dec(static_cast<std::uint64_t>(core::host_pid()));
   if (path.overflowed()) return;
-  points_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  points_fd = detail::sys::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 }
 
 namespace {
@@ -88,7 +89,7 @@ void record_reached(const char* pattern) noexcept {
   if (points_fd < 0) return;
   detail::fixed_string<256> line;
   line.str(pattern).str("\n");
-  if (!line.overflowed()) (void)!::write(points_fd, line.c_str(), std::strlen(line.c_str()));
+  if (!line.overflowed()) (void)!detail::sys::write(points_fd, line.c_str(), std::strlen(line.c_str()));
 }
 
 std::uint64_t draw() noexcept {
@@ -113,7 +114,7 @@ void act(const detail::point_term& t, const char* name) noexcept {
     case detail::point_action::abort:
       std::abort();
     case detail::point_action::kill:
-      ::kill(::getpid(), SIGKILL);
+      detail::sys::kill(::getpid(), SIGKILL);
       break;
     case detail::point_action::stop:  // until SIGCONT or a kill: the harness or a test decides
       ::raise(SIGSTOP);

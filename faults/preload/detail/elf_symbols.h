@@ -18,32 +18,33 @@
 #include <cstdint>
 #include <cstring>
 
+#include "faults/preload/detail/sys.h"
 namespace faultline::agent::detail {
 
 /// A 64-bit ELF file mapped read-only for as long as the object lives.
 class elf_file {
  public:
   explicit elf_file(const char* path) noexcept {
-    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    const int fd = sys::open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
     struct stat st {};
     if (::fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(sizeof(Elf64_Ehdr))) {
-      void* map = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+      void* map = sys::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
       if (map != MAP_FAILED) {
         base_ = static_cast<const char*>(map);
         size_ = static_cast<std::uint64_t>(st.st_size);
       }
     }
-    ::close(fd);
+    sys::close(fd);
     const auto* eh = header();
     if (base_ != nullptr && (std::memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
                              eh->e_shoff + std::uint64_t{eh->e_shnum} * sizeof(Elf64_Shdr) > size_)) {
-      ::munmap(const_cast<char*>(base_), static_cast<std::size_t>(size_));
+      sys::munmap(const_cast<char*>(base_), static_cast<std::size_t>(size_));
       base_ = nullptr;
     }
   }
   ~elf_file() {
-    if (base_ != nullptr) ::munmap(const_cast<char*>(base_), static_cast<std::size_t>(size_));
+    if (base_ != nullptr) sys::munmap(const_cast<char*>(base_), static_cast<std::size_t>(size_));
   }
   elf_file(const elf_file&) = delete;
   elf_file& operator=(const elf_file&) = delete;

@@ -10,13 +10,14 @@
 
 #include <unistd.h>
 
+#include "faults/preload/detail/sys.h"
 namespace faultline::agent::detail {
 
 /// Writes all of [data, data + n) to `fd`, retrying short writes and EINTR. Returns false on any
 /// other error. Async-signal-safe.
 inline bool write_all(int fd, const char* data, std::size_t n) noexcept {
   while (n > 0) {
-    ssize_t done = ::write(fd, data, n);
+    ssize_t done = sys::write(fd, data, n);
     if (done < 0) {
       if (errno == EINTR) continue;
       return false;
