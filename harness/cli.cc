@@ -77,7 +77,8 @@ Indexed Job's JOB_COMPLETION_INDEX of FAULTLINE_SHARD_COUNT (set it to the Job's
 array's (SLURM_ARRAY_TASK_ID - _MIN) / _STEP of SLURM_ARRAY_TASK_COUNT.
 
 `faultline soak` runs the scenarios for a time budget, each run with a fault spec drawn from its
-scenario's fault space, and can be killed and resumed at any moment (see its --help).
+scenario's fault space, or a command (`-- CMD`, as exec runs it) with a seed per run, and can be
+killed and resumed at any moment (see its --help).
 `faultline report` writes JUnit XML, Markdown and HTML reports of results (shards merged);
 `faultline gate` fails on a statistically significant regression against a baseline.
 
@@ -112,14 +113,23 @@ constexpr const char* verify_about = R"(Check that every scenario's clean varian
 detected (any outcome but pass) at least at the scenario's required rate. Prints a table; exit
 status 0 only when every row is OK.)";
 
-constexpr const char* soak_about = R"(Soak scenarios for a time budget:  faultline soak [SCENARIO...] --budget 8h [--out DIR] [--resume]
+constexpr const char* soak_about = R"(Soak scenarios or a command for a time budget:
+  faultline soak [SCENARIO...] --budget 8h [--out DIR] [--resume]
+  faultline soak --budget 8h [OPTIONS] -- CMD [ARGS...]
 The scenarios (default: all) run in rotation: run k is scenario (k / n) mod N of the N scenarios
 (n: the shard count, 1 unsharded), with seed S+k and a fault spec drawn from its scenario's fault
 space (`faultline list --json` shows them), so every failure replays with the
-`faultline run` line printed for it. Between runs the soak checks for processes, shared memory and
-descriptors of the harness itself that the runs left behind. OUT/soak.json and OUT/report.html /
-OUT/report.md are rewritten every --report-every while it runs; OUT/results.jsonl has one line per
-run and, as with `run`, only failing runs (and the first 3 passes of each scenario) keep files.
+`faultline run` line printed for it. A command (after --, never with scenario names) runs as
+`faultline exec` runs it, checked as exec checks it (a program that cannot be started is refused
+before anything in --out changes): run k gets seed S+k (FAULTLINE_SEED, so the agent's
+probabilities draw anew every run) and the --faults spec, the same on every run; every failure
+replays with the `faultline exec` line printed for it. --timeout (default 10m), --faults,
+--no-preload, --slots and --late-cuda are a command's, as for exec.
+Between runs the soak checks for processes, shared memory and
+descriptors of the harness itself that the runs left behind. OUT/soak.json (the runs and failures
+recorded so far) is rewritten as runs end, at most once a second, and with OUT/report.html /
+OUT/report.md every --report-every while it runs; OUT/results.jsonl has one line per
+run and, as with `run`, only failing runs (and the first 3 passes of each scenario or command) keep files.
 Kill it at any moment and `--resume` continues with the rest of the budget: no finished run is
 lost and none is counted twice. A soak or campaign already in --out is refused unless --resume
 continues it or --replace starts a new soak there. A write that fails (a full disk) stops the soak with everything
@@ -134,9 +144,7 @@ struct raw_args {
   std::string log_limit = "4MiB";
   std::string keep = "failures";
   std::string crash = "auto";
-  bool json = false, until_fail = false, no_stacks = false, all = false, no_preload = false, resume = false, replace = false,
-       late_cuda = false;
-  std::uint64_t slots = 1;
+  bool json = false, until_fail = false, no_stacks = false, all = false, resume = false, replace = false, late_cuda = false;
   std::vector<std::string> env, names;
   double target_rate = 0;
   CLI::Option* repeat_opt = nullptr;
@@ -208,10 +216,40 @@ void add_out_choice(CLI::App* sub, bool& resume, bool& replace, const std::strin
                 "directories (without --resume or --replace, an --out holding a campaign or soak is refused)");
 }
 
+void add_timeout_option(CLI::App* sub, std::string& timeout) {
+  sub->add_option("--timeout", timeout, "outer timeout of each run, e.g. 500ms, 30s, 2m");
+}
+
+void add_faults_option(CLI::App* sub, std::string& faults) {
+  sub->add_option("--faults", faults, "fault spec given to every run as FAULTLINE_FAULTS");
+}
+
+// How a user's command runs, beyond the options every campaign has: exec's and `soak -- CMD`'s.
+struct command_flags {
+  bool no_preload = false, late_cuda = false;
+  std::uint64_t slots = 1;
+};
+
+void add_command_flags(CLI::App* sub, command_flags& f) {
+  sub->add_flag("--no-preload", f.no_preload, "do not preload the agent");
+  sub->add_option("--slots", f.slots,
+                  "the share of --jobs one run takes (default 1): a run starting N processes with a device context "
+                  "each declares N, so --jobs J never has more than J at once (as the catalog's scenarios declare theirs)")
+      ->check(positive_count);
+  sub->add_flag("--late-cuda", f.late_cuda,
+                "fail a run whose processes make CUDA runtime or driver calls after the runtime's teardown "
+                "(answered cudaErrorCudartUnloading / CUDA_ERROR_DEINITIALIZED), signed with the call and its "
+                "callers: the agent becomes the CUDA injection library (CUDA_INJECTION64_PATH) and enables CUPTI's "
+                "callbacks when main returns or exit() begins; driver calls the driver answers after its own "
+                "teardown, which CUPTI does not report, are seen by a stub before every driver entry point (about "
+                "0.5 ns a call until exit). Off by default: it changes exit races. Runtime calls need "
+                "libcupti.so.13 on the loader's path or beside the agent; FAULTLINE_LATE_CUDA=debug says what it sees");
+}
+
 void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
   a.repeat_opt = sub->add_option("--repeat,-n", a.repeat, "runs of each scenario or command (default 1; verify: 50; with --until-fail: 10000)")
                      ->check(positive_count);
-  sub->add_option("--timeout", a.timeout, "outer timeout of each run, e.g. 500ms, 30s, 2m");
+  add_timeout_option(sub, a.timeout);
   sub->add_option("--jobs,-j", a.jobs, "runs at once (default 1; at most 1024; never more than there are runs)")
       ->check(positive_count);
   sub->add_option("--seed", a.seed, "base seed S: run k gets S+k (default: from the clock, printed)");
@@ -236,7 +274,7 @@ void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
                   "whose log and run directory stay once recorded: failures (default: every run that did not pass, "
                   "and the first 3 passes of each scenario or command), all, none (no pass)");
   if (with_faults) {
-    sub->add_option("--faults", a.faults, "fault spec given to every run as FAULTLINE_FAULTS");
+    add_faults_option(sub, a.faults);
     sub->add_flag("--until-fail", a.until_fail, "stop starting runs after the first failure");
   }
   add_out_choice(sub, a.resume, a.replace, "campaign");
@@ -277,15 +315,27 @@ std::vector<std::string> run_environment(const std::vector<std::string>& user_en
   return env;
 }
 
+// --timeout: none when not given.
+std::optional<std::chrono::milliseconds> parse_timeout(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  auto t = parse_duration(text);
+  if (!t) throw usage_error{"--timeout: " + t.error().message()};
+  if (t->count() <= 0) throw usage_error{"--timeout must be positive"};
+  return *t;
+}
+
+// A malformed spec is refused here, once, with its column: otherwise every run would start only
+// to fail the same way.
+void check_faults_flag(const std::string& text) {
+  auto parsed = faults::parse(text);
+  if (!parsed) throw usage_error{"--faults: " + parsed.error().message()};
+  check_agent_points(*parsed);
+}
+
 settings resolve(const raw_args& a, std::uint64_t default_repeat) {
   settings s;
   s.repeat = a.repeat_opt->count() ? a.repeat : (a.until_fail ? 10000 : default_repeat);
-  if (!a.timeout.empty()) {
-    auto t = parse_duration(a.timeout);
-    if (!t) throw usage_error{"--timeout: " + t.error().message()};
-    if (t->count() <= 0) throw usage_error{"--timeout must be positive"};
-    s.timeout = *t;
-  }
+  s.timeout = parse_timeout(a.timeout);
   auto g = parse_duration(a.grace);
   if (!g) throw usage_error{"--grace: " + g.error().message()};
   s.grace = *g;
@@ -319,13 +369,7 @@ settings resolve(const raw_args& a, std::uint64_t default_repeat) {
   auto method = stack_method_from_string(a.stacks);
   if (!method) throw usage_error{"--stacks '" + a.stacks + "': expected auto, gdb, eu-stack, libdwfl, agent, proc or none"};
   s.stacks.method = a.no_stacks ? stack_method::none : *method;
-  // A malformed spec is refused here, once, with its column: otherwise every run would start
-  // only to fail the same way.
-  if (auto parsed = faults::parse(a.faults); !parsed) {
-    throw usage_error{"--faults: " + parsed.error().message()};
-  } else {
-    check_agent_points(*parsed);
-  }
+  check_faults_flag(a.faults);
   auto crash = crash_capture_from_string(a.crash);
   if (!crash) throw usage_error{"--crash-capture '" + a.crash + "': expected auto, core, none, outside, minimal or inside"};
   s.crash = *crash;
@@ -600,60 +644,70 @@ int cmd_run(const raw_args& a, cli_context& ctx) {
   });
 }
 
-int cmd_exec(const raw_args& a, std::vector<std::string> cmd, cli_context& ctx) {
-  if (!cmd.empty() && cmd.front() == "--") cmd.erase(cmd.begin());
-  if (cmd.empty()) throw usage_error{"no command: faultline exec [OPTIONS] -- CMD [ARGS...]"};
-  settings s = resolve(a, 1);
-  // A program that cannot be started would make every run an `error`: refused before run 1.
+// The variant of a user's command as exec runs it (and `soak -- CMD`), named for its program.
+// Refused (usage_error) before anything runs: a program that cannot be started would make every
+// run an `error`; with the agent preloaded, a program reads only the families' points
+// (faults/families.h), so a misspelt one is refused, and so is a function the program does not
+// have. Without it (--no-preload) the program's own fault points (faultline::points) read the spec.
+variant command_variant(const std::vector<std::string>& cmd, const command_flags& f, const std::string& faults,
+                        std::optional<std::chrono::milliseconds> timeout, const std::vector<std::string>& env) {
   if (auto found = find_program(cmd[0]); !found) throw usage_error{"the command cannot be run: " + found.error().message()};
-  // With the agent preloaded, a program reads only the families' points (faults/families.h): a
-  // misspelt one is refused here, and so is a function the program does not have. Without it
-  // (--no-preload) the program's own fault points (faultline::points) read the spec.
-  if (!a.no_preload) {
-    check_agent_points(*faults::parse(s.faults), spec_reader::program);
-    check_program_points(*faults::parse(s.faults), cmd, s.env);
+  const auto spec = *faults::parse(faults);  // checked by check_faults_flag
+  if (!f.no_preload) {
+    check_agent_points(spec, spec_reader::program);
+    check_program_points(spec, cmd, env);
   }
-  adopt_resumed_options(s);
   variant v;
   v.name = fs::path(cmd[0]).filename().string();
   v.argv = cmd;
-  v.faults = s.faults;
-  v.timeout = s.timeout.value_or(std::chrono::minutes(10));
+  v.faults = faults;
+  v.timeout = timeout.value_or(std::chrono::minutes(10));
   v.gtest_output = true;
-  v.slots = static_cast<unsigned>(a.slots);
-  if (!a.no_preload) {
-    const fs::path agent = agent_library();
-    std::error_code ec;
-    if (!agent.empty() && fs::exists(agent, ec)) {
-      // LD_PRELOAD, and with --late-cuda or cuda/cuda... points the agent as the CUDA injection
-      // library. --late-cuda is off by default: its callbacks, enabled as exit begins, change exit
-      // races (an RMM 26.04 client with a detached worker crashed in 25/30 runs with them, 35/90 bare).
-      const auto spec = *faults::parse(s.faults);
-      auto preload = preload_environment(agent, s.env, a.late_cuda, names_cuda_runtime(spec), names_lock_points(spec),
-                                         names_posix_points(spec));
-      if (!preload) throw usage_error{preload.error().message()};
-      for (const auto& [name, value] : *preload) v.env.push_back(name + "=" + value);
-    }
-  }
-  return report_runs({v}, s, ctx, [&](const run_record& r) {
-    return std::string("faultline exec") + repro_flags(r, s) + (a.no_preload ? " --no-preload" : "") +
-           (a.late_cuda && !a.no_preload ? " --late-cuda" : "") + " -- " +
-           detail::shell_join(r.command);
-  });
+  v.slots = static_cast<unsigned>(f.slots);
+  if (f.no_preload) return v;
+  const fs::path agent = agent_library();
+  std::error_code ec;
+  if (agent.empty() || !fs::exists(agent, ec)) return v;
+  // LD_PRELOAD, and with --late-cuda or cuda/cuda... points the agent as the CUDA injection
+  // library. --late-cuda is off by default: its callbacks, enabled as exit begins, change exit
+  // races (an RMM 26.04 client with a detached worker crashed in 25/30 runs with them, 35/90 bare).
+  auto preload = preload_environment(agent, env, f.late_cuda, names_cuda_runtime(spec), names_lock_points(spec),
+                                     names_posix_points(spec));
+  if (!preload) throw usage_error{preload.error().message()};
+  for (const auto& [name, value] : *preload) v.env.push_back(name + "=" + value);
+  return v;
+}
+
+// The exec line that replays one run of a command (exec's, or a command soak's).
+std::string exec_repro(const run_record& r, const settings& s, const command_flags& f) {
+  return std::string("faultline exec") + repro_flags(r, s) + (f.no_preload ? " --no-preload" : "") +
+         (f.late_cuda && !f.no_preload ? " --late-cuda" : "") + " -- " + detail::shell_join(r.command);
+}
+
+int cmd_exec(const raw_args& a, const command_flags& f, std::vector<std::string> cmd, cli_context& ctx) {
+  if (!cmd.empty() && cmd.front() == "--") cmd.erase(cmd.begin());
+  if (cmd.empty()) throw usage_error{"no command: faultline exec [OPTIONS] -- CMD [ARGS...]"};
+  settings s = resolve(a, 1);
+  const variant v = command_variant(cmd, f, s.faults, s.timeout, s.env);
+  adopt_resumed_options(s);
+  return report_runs({v}, s, ctx, [&](const run_record& r) { return exec_repro(r, s, f); });
 }
 
 struct soak_args {
   std::vector<std::string> names;
+  std::optional<std::vector<std::string>> command;  // the words after `--` (run_cli splits them off)
   std::string budget, out = "faultline-soak", seed, shard, report_every = "5m", keep = "failures", stacks = "auto",
-                      crash = "auto", grace = "1s";
+                      crash = "auto", grace = "1s", timeout, faults;
   std::uint64_t jobs = 1;
   std::string log_limit = "4MiB";
   double timeout_scale = 1.0;
   bool resume = false, replace = false, json = false, no_stacks = false;
   std::vector<std::string> env;
+  command_flags run_flags;  // a command's, as exec's
 };
 
-int cmd_soak(const soak_args& a, cli_context& ctx) {
+// The soak's options from its flags, all but what it soaks (choose_soaked); throws usage_error.
+soak_options soak_flags(const soak_args& a, scheduled_shard& sharding, cli_context& ctx) {
   soak_options o;
   auto budget = parse_duration(a.budget);
   if (!budget) throw usage_error{"--budget: " + budget.error().message()};
@@ -686,16 +740,12 @@ int cmd_soak(const soak_args& a, cli_context& ctx) {
   auto crash = crash_capture_from_string(a.crash);
   if (!crash) throw usage_error{"--crash-capture '" + a.crash + "': expected auto, core, none, outside, minimal or inside"};
   o.crash = *crash;
-  const scheduled_shard sharding = shard_for(a.shard);
+  sharding = shard_for(a.shard);
   o.part = sharding.part;
   o.out_dir = a.out;
   o.resume = a.resume;
   o.replace = a.replace;
   o.env = run_environment(a.env, sharding);
-  auto chosen = catalog_for(a.names, a.names.empty());
-  if (!chosen) throw usage_error{chosen.error().message()};
-  o.scenarios = std::move(*chosen);
-  o.scenario_binary = scenario_binary();
   o.progress = &ctx.err;
   o.progress_tty = ctx.err_tty;
   o.cancel = ctx.cancel;
@@ -710,57 +760,114 @@ int cmd_soak(const soak_args& a, cli_context& ctx) {
     r.title = q.title;
     return reports::report_command(r, out, err);
   };
+  return o;
+}
 
-  {
-    // Refused before anything in OUT changes: a live campaign there (busy), then a soak or
-    // campaign there that neither --resume nor --replace was given for. run_soak checks both
-    // again under its own hold of OUT.
-    if (!hold_out_dir(o.out_dir, o.resume, o.replace, ctx)) return exit_usage;
+// What the soak runs: the scenarios named (default: all), or the user's command as exec runs it
+// (checked as exec checks it: a program that cannot be started is refused). Options of the one
+// are refused with the other rather than ignored.
+void choose_soaked(const soak_args& a, soak_options& o) {
+  if (a.command) {
+    if (a.command->empty()) throw usage_error{"no command after --: faultline soak [OPTIONS] -- CMD [ARGS...]"};
+    if (!a.names.empty())
+      throw usage_error{"scenario names and a command (-- " + detail::shell_join(*a.command) +
+                        "): a soak runs scenarios or one command, not both"};
+    if (a.timeout_scale != 1.0) throw usage_error{"--timeout-scale multiplies the scenarios' timeouts; a command's is --timeout"};
+    check_faults_flag(a.faults);
+    o.command = command_variant(*a.command, a.run_flags, a.faults, parse_timeout(a.timeout), o.env);
+    return;
   }
-  std::error_code ec;
-  fs::create_directories(o.out_dir / "runs", ec);  // where the runs' cores land
+  const std::pair<bool, const char*> command_only[] = {{!a.timeout.empty(), "--timeout"},
+                                                       {!a.faults.empty(), "--faults"},
+                                                       {a.run_flags.no_preload, "--no-preload"},
+                                                       {a.run_flags.late_cuda, "--late-cuda"},
+                                                       {a.run_flags.slots != 1, "--slots"}};
+  for (const auto& [given, flag] : command_only)
+    if (given)
+      throw usage_error{std::string(flag) + " is for a command soak (faultline soak [OPTIONS] -- CMD): a scenario's runs "
+                        "take its own timeout (--timeout-scale) and faults drawn from its fault space"};
+  auto chosen = catalog_for(a.names, a.names.empty());
+  if (!chosen) throw usage_error{chosen.error().message()};
+  o.scenarios = std::move(*chosen);
+  o.scenario_binary = scenario_binary();
+}
+
+// The soak's header lines (what, how long, containment, crash capture); returns the crash
+// capture used. A scenario's runs leave their cores in OUT/runs, created here.
+std::string print_soak_header(const soak_options& o, const scheduled_shard& sharding, cli_context& ctx) {
+  fs::path cores_dir;
+  if (!o.command) {
+    std::error_code ec;
+    fs::create_directories(o.out_dir / "runs", ec);
+    cores_dir = fs::absolute(o.out_dir / "runs");
+  }
   std::string why;
-  const crash_capture used = resolve_crash_capture(o.crash, &why, fs::absolute(o.out_dir / "runs"));
-  ctx.err << "faultline: soak of " << o.scenarios.size() << (o.scenarios.size() == 1 ? " scenario" : " scenarios")
-          << " for " << format_duration(o.budget) << (o.resume ? " (resuming)" : "")
-          << shard_header(sharding) << ", " << o.jobs
-          << (o.jobs == 1 ? " job" : " jobs") << ", results in " << (o.out_dir / "results.jsonl").string() << "\n";
+  const crash_capture used = resolve_crash_capture(o.crash, &why, cores_dir);
+  const std::string what = o.command ? "`" + detail::shell_join(o.command->argv) + "`"
+                                     : std::to_string(o.scenarios.size()) + (o.scenarios.size() == 1 ? " scenario" : " scenarios");
+  ctx.err << "faultline: soak of " << what << " for " << format_duration(o.budget) << (o.resume ? " (resuming)" : "")
+          << shard_header(sharding) << ", " << o.jobs << (o.jobs == 1 ? " job" : " jobs") << ", results in "
+          << (o.out_dir / "results.jsonl").string() << "\n";
   ctx.err << "faultline: containment " << containment_summary() << "; crash capture " << to_string(used)
           << (why.empty() ? "" : " (" + why + ")") << "\n";
-  acknowledge_sharding();
-  auto r = run_soak(o);
-  if (!r) {
-    ctx.err << "faultline: error: " << r.error().message() << "\n";
-    return exit_usage;
-  }
-  const campaign_result& c = r->campaign;
-  ctx.err << "faultline: seed " << r->seed << "; " << format_duration(std::chrono::duration_cast<std::chrono::seconds>(r->spent))
+  return std::string(to_string(used));
+}
+
+// What the soak found, a line per scenario or command with the repro of its first failure;
+// returns the exit status.
+int print_soak_result(const soak_args& a, const soak_options& o, const soak_result& r, const std::string& crash_used,
+                      cli_context& ctx) {
+  const campaign_result& c = r.campaign;
+  ctx.err << "faultline: seed " << r.seed << "; " << format_duration(std::chrono::duration_cast<std::chrono::seconds>(r.spent))
           << " of the " << format_duration(o.budget)
           << " budget spent" << (c.resumed ? "; " + std::to_string(c.resumed) + " runs were recorded before this resume" : "")
           << "\n";
   painter paint{ctx.out_tty && !std::getenv("NO_COLOR")};
   settings s;
   s.out = o.out_dir;
-  s.seed = r->seed;
-  s.crash_used = to_string(used);
-  bool clean = r->harness_leaks.empty() && c.stray_pids.empty() && c.stray_shm.empty();
+  s.seed = r.seed;
+  s.crash_used = crash_used;
+  s.user_env = a.env;
+  if (o.command) s.timeout = parse_timeout(a.timeout);
+  bool clean = r.harness_leaks.empty() && c.stray_pids.empty() && c.stray_shm.empty();
   for (const auto& v : c.summaries) {
-    const std::string rp = v.first_failure ? "faultline run " + detail::shell_quote(v.name) + repro_flags(*v.first_failure, s) : "";
+    std::string rp;
+    if (v.first_failure)
+      rp = o.command ? exec_repro(*v.first_failure, s, a.run_flags)
+                     : "faultline run " + detail::shell_quote(v.name) + repro_flags(*v.first_failure, s);
     if (a.json) ctx.out << summary_json(v, s, rp).dump() << "\n";
     else print_human(v, s, rp, paint, ctx.out);
     clean = clean && v.failures == 0;
   }
-  for (const auto& leak : r->harness_leaks) ctx.out << paint.red("harness leak: ") << leak << "\n";
-  for (const auto& p : r->points_never_reached)
+  for (const auto& leak : r.harness_leaks) ctx.out << paint.red("harness leak: ") << leak << "\n";
+  for (const auto& p : r.points_never_reached)
     ctx.out << "warning: fault-space point never reached: " << p << " (a misspelt point, or one the scenario never gets to)\n";
-  if (!r->report_html.empty()) ctx.err << "faultline: report: " << fs::absolute(r->report_html).string() << "\n";
-  if (!r->report_markdown.empty()) ctx.err << "faultline: summary: " << fs::absolute(r->report_markdown).string() << "\n";
+  if (!r.report_html.empty()) ctx.err << "faultline: report: " << fs::absolute(r.report_html).string() << "\n";
+  if (!r.report_markdown.empty()) ctx.err << "faultline: summary: " << fs::absolute(r.report_markdown).string() << "\n";
   ctx.out.flush();
   if (c.interrupted) {
     ctx.err << "faultline: interrupted; continue with the same command and --resume\n";
     return exit_interrupted;
   }
   return clean ? exit_ok : exit_failed;
+}
+
+int cmd_soak(const soak_args& a, cli_context& ctx) {
+  scheduled_shard sharding;
+  soak_options o = soak_flags(a, sharding, ctx);
+  choose_soaked(a, o);
+  // Refused before anything in OUT changes: a live campaign there (busy), then a soak or
+  // campaign there that neither --resume nor --replace was given for. run_soak checks both
+  // again under its own hold of OUT.
+  if (!hold_out_dir(o.out_dir, o.resume, o.replace, ctx)) return exit_usage;
+  const std::string crash_used = print_soak_header(o, sharding, ctx);
+  acknowledge_sharding();
+  auto r = run_soak(o);
+  if (!r) {
+    ctx.err << "faultline: error: " << r.error().message() << "\n";
+    return exit_usage;
+  }
+  return print_soak_result(a, o, *r, crash_used, ctx);
 }
 
 int cmd_verify(const raw_args& a, cli_context& ctx) {
@@ -873,19 +980,8 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   auto* exec = app.add_subcommand("exec", "run a command: faultline exec [OPTIONS] -- CMD [ARGS...]");
   exec->footer(exec_about);
   add_common(exec, exec_a, true);
-  exec->add_flag("--no-preload", exec_a.no_preload, "do not preload the agent");
-  exec->add_option("--slots", exec_a.slots,
-                   "the share of --jobs one run takes (default 1): a run starting N processes with a device context "
-                   "each declares N, so --jobs J never has more than J at once (as the catalog's scenarios declare theirs)")
-      ->check(positive_count);
-  exec->add_flag("--late-cuda", exec_a.late_cuda,
-                 "fail a run whose processes make CUDA runtime or driver calls after the runtime's teardown "
-                 "(answered cudaErrorCudartUnloading / CUDA_ERROR_DEINITIALIZED), signed with the call and its "
-                 "callers: the agent becomes the CUDA injection library (CUDA_INJECTION64_PATH) and enables CUPTI's "
-                 "callbacks when main returns or exit() begins; driver calls the driver answers after its own "
-                 "teardown, which CUPTI does not report, are seen by a stub before every driver entry point (about "
-                 "0.5 ns a call until exit). Off by default: it changes exit races. Runtime calls need "
-                 "libcupti.so.13 on the loader's path or beside the agent; FAULTLINE_LATE_CUDA=debug says what it sees");
+  command_flags exec_f;
+  add_command_flags(exec, exec_f);
   std::vector<std::string> exec_cmd;
   exec->add_option("command", exec_cmd, "the command and its arguments, after --");
 
@@ -895,9 +991,10 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   add_common(verify, verify_a, false);
 
   soak_args soak_a;
-  auto* soak = app.add_subcommand("soak", "soak scenarios for a time budget: faultline soak [SCENARIO...] --budget DUR [--out DIR] [--resume]");
+  auto* soak = app.add_subcommand(
+      "soak", "soak scenarios or a command for a time budget: faultline soak [SCENARIO...] --budget DUR [OPTIONS] [-- CMD [ARGS...]]");
   soak->footer(soak_about);
-  soak->add_option("scenario", soak_a.names, "scenario names or patterns (default: all)");
+  soak->add_option("scenario", soak_a.names, "scenario names or patterns (default: all; none with -- CMD)");
   soak->add_option("--budget", soak_a.budget, "time to spend, across resumes, e.g. 8h, 30m")->required();
   soak->add_option("--out,-o", soak_a.out, "output directory (default faultline-soak)");
   add_out_choice(soak, soak_a.resume, soak_a.replace, "soak");
@@ -913,7 +1010,11 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   soak->add_option("--grace", soak_a.grace, "time between SIGTERM and SIGKILL when ending a run (default 1s)");
   add_log_limit(soak, soak_a.log_limit);
   soak->add_option("--env", soak_a.env, "set K=V in every run's environment (repeatable)")->allow_extra_args(false);
-  soak->add_flag("--json", soak_a.json, "print one JSON summary object per scenario to stdout");
+  soak->add_flag("--json", soak_a.json, "print one JSON summary object per scenario (or the command) to stdout");
+  // A command soak's runs, as exec's (one definition each).
+  add_timeout_option(soak, soak_a.timeout);
+  add_faults_option(soak, soak_a.faults);
+  add_command_flags(soak, soak_a.run_flags);
 
   std::string region_path;
   bool region_repair = false, region_json = false;
@@ -972,8 +1073,17 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
             << "Run 'faultline --help' for usage.\n";
     return exit_usage;
   }
+  // soak's command is everything after its first `--`, split off here: CLI11 would give those
+  // words to the scenario names.
+  std::vector<std::string> parsed_args = args;
+  if (args.size() > 1 && args[1] == "soak") {
+    if (auto mark = std::find(parsed_args.begin() + 2, parsed_args.end(), "--"); mark != parsed_args.end()) {
+      soak_a.command.emplace(mark + 1, parsed_args.end());
+      parsed_args.erase(mark, parsed_args.end());
+    }
+  }
   std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
+  for (const auto& a : parsed_args) argv.push_back(a.c_str());
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::CallForHelp& e) {
@@ -990,7 +1100,7 @@ int run_cli(const std::vector<std::string>& args, cli_context& ctx) {
   try {
     if (list->parsed()) return cmd_list(list_json, ctx);
     if (run->parsed()) return cmd_run(run_a, ctx);
-    if (exec->parsed()) return cmd_exec(exec_a, exec_cmd, ctx);
+    if (exec->parsed()) return cmd_exec(exec_a, exec_f, exec_cmd, ctx);
     if (verify->parsed()) return cmd_verify(verify_a, ctx);
     if (soak->parsed()) return cmd_soak(soak_a, ctx);
     if (region->parsed()) return region_command(region_path, region_repair, region_json, ctx.out, ctx.err);

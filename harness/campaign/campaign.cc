@@ -456,9 +456,9 @@ core::result<campaign_result> run_campaign(const campaign_options& o) {
           if (due && !checkpointing && in_flight == 0) {
             checkpointing = true;
             since_checkpoint = 0;
-            const std::uint64_t performed = result.performed, failed = failures;
+            const std::uint64_t recorded_runs = result.resumed + result.performed, failed = failures;
             lock.unlock();
-            o.checkpoint(performed, failed);
+            o.checkpoint(recorded_runs, failed);
             lock.lock();
             checkpointing = false;
             idle.notify_all();

@@ -137,9 +137,11 @@ struct campaign_options {
   /// No run starts at or after this time (runs in flight finish). repeat still bounds the runs.
   std::optional<std::chrono::steady_clock::time_point> deadline;
   /// Called with no run in flight after every `checkpoint_runs` runs performed (0: never): the
-  /// soak's leak checks and report updates. Runs wait while it runs.
+  /// soak's leak checks and state updates. Runs wait while it runs. `recorded`: the runs in
+  /// OUT/results.jsonl at that moment (those a resume found included, each once); `failures`: how
+  /// many of them did not pass.
   std::uint64_t checkpoint_runs = 0;
-  std::function<void(std::uint64_t performed, std::uint64_t failures)> checkpoint;
+  std::function<void(std::uint64_t recorded, std::uint64_t failures)> checkpoint;
   /// Extra text at the end of the progress line (the soak's budget), and how often the line is
   /// printed off a terminal.
   std::function<std::string()> progress_suffix;

@@ -22,6 +22,7 @@
 #include "harness/campaign/duration.h"
 #include "harness/campaign/fault_space.h"
 #include "harness/detail/sys.h"
+#include "harness/run/core_dump.h"
 #include "harness/run/process.h"
 #include "harness/run/process_tree.h"
 #include "harness/run/runner.h"
@@ -43,6 +44,7 @@ struct soak_state {
   milliseconds spent{0};
   std::string shard;
   std::vector<std::pair<std::string, std::vector<std::string>>> scenarios;  // name, fault space
+  std::optional<std::pair<std::vector<std::string>, std::string>> command;   // argv, faults
   std::uint64_t runs = 0, failures = 0;
   std::vector<std::string> harness_leaks;
   std::string started, updated;
@@ -52,10 +54,12 @@ struct soak_state {
 nlohmann::json to_json(const soak_state& s) {
   nlohmann::json scenarios = nlohmann::json::array();
   for (const auto& [name, space] : s.scenarios) scenarios.push_back({{"name", name}, {"fault_space", space}});
+  nlohmann::json command = nullptr;
+  if (s.command) command = {{"argv", s.command->first}, {"faults", s.command->second}};
   return {{"format", 1},           {"seed", s.seed},     {"budget_ms", s.budget.count()},
           {"spent_ms", s.spent.count()}, {"shard", s.shard}, {"scenarios", scenarios},
-          {"runs", s.runs},        {"failures", s.failures}, {"harness_leaks", s.harness_leaks},
-          {"started", s.started},  {"updated", s.updated}, {"finished", s.finished}};
+          {"command", command},    {"runs", s.runs},     {"failures", s.failures},
+          {"harness_leaks", s.harness_leaks}, {"started", s.started}, {"updated", s.updated}, {"finished", s.finished}};
 }
 
 core::result<std::optional<soak_state>> read_state(const fs::path& out_dir) {
@@ -76,6 +80,8 @@ core::result<std::optional<soak_state>> read_state(const fs::path& out_dir) {
     s.shard = j.at("shard").get<std::string>();
     for (const auto& sc : j.at("scenarios"))
       s.scenarios.emplace_back(sc.at("name").get<std::string>(), sc.at("fault_space").get<std::vector<std::string>>());
+    if (auto c = j.find("command"); c != j.end() && !c->is_null())
+      s.command.emplace(c->at("argv").get<std::vector<std::string>>(), c->at("faults").get<std::string>());
     s.runs = j.value("runs", std::uint64_t{0});
     s.failures = j.value("failures", std::uint64_t{0});
     s.harness_leaks = j.value("harness_leaks", std::vector<std::string>());
@@ -103,7 +109,31 @@ core::status write_state(const fs::path& out_dir, const soak_state& s) {
 
 core::status refuse(const fs::path& out_dir, const std::string& why) {
   return core::status(core::errc::invalid_argument, "cannot resume the soak in " + out_dir.string() + ": " + why +
-                                                        "; resume with the scenarios it was started with, or use another --out");
+                                                        "; resume with the scenarios or command it was started with, or use another --out");
+}
+
+// Whether the soak recorded in OUT (`was`) is the one `o` describes: the same seed (when one is
+// given), the same command and spec, or the same scenarios with the same fault spaces.
+core::status check_resume(const soak_state& was, const soak_options& o) {
+  if (o.seed && *o.seed != was.seed)
+    return refuse(o.out_dir, "it was started with --seed " + std::to_string(was.seed) + ", this soak has --seed " + std::to_string(*o.seed));
+  if (was.command.has_value() != o.command.has_value())
+    return refuse(o.out_dir, was.command ? "it soaks the command `" + detail::shell_join(was.command->first) + "`, not scenarios"
+                                         : "it soaks scenarios, not a command");
+  if (o.command) {
+    if (was.command->first != o.command->argv)
+      return refuse(o.out_dir, "it soaks another command (`" + detail::shell_join(was.command->first) + "`)");
+    if (was.command->second != o.command->faults)
+      return refuse(o.out_dir, "its runs had --faults '" + was.command->second + "', this soak gives '" + o.command->faults + "'");
+    return {};
+  }
+  bool same = was.scenarios.size() == o.scenarios.size();
+  for (std::size_t i = 0; same && i < o.scenarios.size(); ++i) same = was.scenarios[i].first == o.scenarios[i].name;
+  if (!same) return refuse(o.out_dir, "it soaks another list of scenarios (" + std::to_string(was.scenarios.size()) + " scenarios)");
+  for (std::size_t i = 0; i < o.scenarios.size(); ++i)
+    if (was.scenarios[i].second != o.scenarios[i].fault_space)
+      return refuse(o.out_dir, "the fault space of " + o.scenarios[i].name + " changed since it started (a rebuilt scenario binary?)");
+  return {};
 }
 
 // The harness's own open descriptors: number -> what it is.
@@ -235,14 +265,127 @@ std::uint64_t seed_from_clock() {
   return faults::splitmix64_mix(static_cast<std::uint64_t>(ns)) >> 16;  // short enough to type
 }
 
-}  // namespace
-
-core::result<soak_result> run_soak(const soak_options& o) {
-  if (o.scenarios.empty()) return core::status(core::errc::invalid_argument, "soak: no scenarios");
+// What a soak refuses before it looks at OUT.
+core::status check_options(const soak_options& o) {
+  if (o.scenarios.empty() && !o.command) return core::status(core::errc::invalid_argument, "soak: no scenarios and no command");
+  if (!o.scenarios.empty() && o.command)
+    return core::status(core::errc::invalid_argument, "soak: scenarios or a command, not both");
+  if (o.command && o.command->argv.empty()) return core::status(core::errc::invalid_argument, "soak: the command is empty");
   if (o.budget.count() <= 0) return core::status(core::errc::invalid_argument, "soak: the budget must be positive");
   if (!(o.timeout_scale > 0)) return core::status(core::errc::invalid_argument, "soak: the timeout scale must be positive");
   for (const auto& sc : o.scenarios)
     if (auto s = check_fault_space(sc.fault_space); !s) return core::status(s.code(), sc.name + ": " + s.message());
+  return {};
+}
+
+// The state the soak starts from: OUT/soak.json's when it resumes one (refused when that soaks
+// something else), else a new one. Reads OUT only.
+core::result<soak_state> starting_state(const soak_options& o) {
+  std::optional<soak_state> was;
+  if (o.resume) {
+    auto r = read_state(o.out_dir);
+    if (!r) return r.error();
+    was = std::move(*r);
+    std::error_code ec;
+    if (!was && fs::exists(o.out_dir / "results.jsonl", ec))
+      return refuse(o.out_dir, "it holds results but no " + std::string(soak_state_file) + " (a campaign of `run`, not a soak?)");
+  }
+  soak_state state;
+  if (was) {
+    if (auto s = check_resume(*was, o); !s) return s;
+    state = std::move(*was);
+    state.budget = o.budget;  // a resume may extend (or shorten) the budget
+    state.finished = false;
+  } else {
+    state.seed = o.seed ? *o.seed : seed_from_clock();
+    state.budget = o.budget;
+    for (const auto& sc : o.scenarios) state.scenarios.emplace_back(sc.name, sc.fault_space);
+    if (o.command) state.command.emplace(o.command->argv, o.command->faults);
+    state.started = iso_now();
+  }
+  state.shard = o.part.to_string();
+  return state;
+}
+
+// The soaked variants: the command, or each scenario's clean variant run in its own directory.
+std::vector<variant> soak_variants(const soak_options& o) {
+  if (o.command) return {*o.command};
+  std::vector<variant> variants;
+  for (const auto& sc : o.scenarios) {
+    variant v;
+    v.name = sc.name;
+    v.argv = {o.scenario_binary.string(), "run", sc.name};
+    v.timeout = milliseconds(static_cast<std::int64_t>(static_cast<double>(sc.timeout.count()) * o.timeout_scale));
+    v.in_run_dir = true;
+    v.slots = sc.slots;
+    variants.push_back(std::move(v));
+  }
+  return variants;
+}
+
+// The campaign of the soak's runs, but for what ties it to this invocation (resume, deadline,
+// checkpoint, progress suffix, the lock), which run_soak adds. A scenario's run gets a spec drawn
+// from its fault space; the command's runs get its own spec, each with a seed of its own.
+campaign_options soak_campaign(const soak_options& o, std::uint64_t seed) {
+  campaign_options c;
+  c.variants = soak_variants(o);
+  std::map<std::string, std::vector<std::string>> spaces;
+  for (const auto& sc : o.scenarios) spaces[sc.name] = sc.fault_space;
+  c.faults_of = [spaces = std::move(spaces), seed](std::uint64_t run, const variant& v) {
+    auto space = spaces.find(v.name);
+    if (space == spaces.end()) return v.faults;
+    auto spec = draw_faults(space->second, fault_draw_seed(seed, run));
+    return spec ? *spec : std::string();  // the spaces were checked: a draw cannot fail
+  };
+  c.repeat = unbounded_repeat;
+  c.rotate_per_shard = true;
+  c.sweep_shm_at_end = false;  // the checks between runs and the final one do it
+  c.seed = seed;
+  c.jobs = o.jobs;
+  c.part = o.part;
+  c.out_dir = o.out_dir;
+  c.grace = o.grace;
+  c.log_limit_bytes = o.log_limit_bytes;
+  c.stacks = o.stacks;
+  c.crash = o.crash;
+  c.env = o.env;
+  c.progress = o.progress;
+  c.progress_tty = o.progress_tty;
+  c.progress_interval = o.progress_tty ? milliseconds(100) : milliseconds(60'000);
+  c.cancel = o.cancel;
+  c.keep = o.keep;
+  c.warn = o.warn;
+  return c;
+}
+
+// The harness's own lasting processes and descriptors exist before the descriptor check's first
+// look, not as something a run left behind: the containment's (a watchdog and its socket) and,
+// for a command run in the harness's directory with its cores read, the core keeper's watch of
+// that directory (core_keeper.h), which the first run would otherwise open.
+void prepare_harness(const soak_options& o, const std::function<void(const std::string&)>& warn) {
+  if (auto s = prepare_containment(o.jobs); !s) warn("containment: " + s.message());
+  if (!o.command) return;
+  std::error_code ec;
+  const fs::path cwd = fs::current_path(ec);
+  if (!ec && resolve_crash_capture(o.crash, nullptr, cwd) == crash_capture::core) (void)keep_cores_apart(cwd);
+}
+
+// The campaign's totals into the final state: every run recorded (a resume's included).
+void count_runs(soak_state& state, const campaign_result& c) {
+  std::uint64_t runs = 0, failures = 0;
+  for (const auto& s : c.summaries) {
+    runs += s.runs;
+    failures += s.failures;
+  }
+  state.runs = runs;
+  state.failures = failures;
+  state.finished = c.deadline_reached;
+}
+
+}  // namespace
+
+core::result<soak_result> run_soak(const soak_options& o) {
+  if (auto s = check_options(o); !s) return s;
 
   // Held until the last state and report are written; the campaign runs under it (c.out_lock).
   auto out_lock = out_dir_lock::acquire(o.out_dir);
@@ -252,35 +395,9 @@ core::result<soak_result> run_soak(const soak_options& o) {
   auto recorded = find_recorded_campaign(o.out_dir, false);
   if (!recorded) return recorded.error();
   if (auto s = check_out_dir_choice(o.out_dir, o.resume, o.replace); !s) return s;
-  soak_state state;
-  std::optional<soak_state> was;
-  if (o.resume) {
-    auto r = read_state(o.out_dir);
-    if (!r) return r.error();
-    was = std::move(*r);
-    if (!was && fs::exists(o.out_dir / "results.jsonl", ec))
-      return refuse(o.out_dir, "it holds results but no " + std::string(soak_state_file) + " (a campaign of `run`, not a soak?)");
-  }
-  if (was) {
-    if (o.seed && *o.seed != was->seed)
-      return refuse(o.out_dir, "it was started with --seed " + std::to_string(was->seed) + ", this soak has --seed " + std::to_string(*o.seed));
-    bool same = was->scenarios.size() == o.scenarios.size();
-    for (std::size_t i = 0; same && i < o.scenarios.size(); ++i) same = was->scenarios[i].first == o.scenarios[i].name;
-    if (!same) return refuse(o.out_dir, "it soaks another list of scenarios (" + std::to_string(was->scenarios.size()) + " scenarios)");
-    for (std::size_t i = 0; i < o.scenarios.size(); ++i)
-      if (was->scenarios[i].second != o.scenarios[i].fault_space)
-        return refuse(o.out_dir, "the fault space of " + o.scenarios[i].name + " changed since it started (a rebuilt scenario binary?)");
-    state = *was;
-    state.budget = o.budget;  // a resume may extend (or shorten) the budget
-    state.finished = false;
-  } else {
-    state.seed = o.seed ? *o.seed : seed_from_clock();
-    state.budget = o.budget;
-    state.shard = o.part.to_string();
-    for (const auto& sc : o.scenarios) state.scenarios.emplace_back(sc.name, sc.fault_space);
-    state.started = iso_now();
-  }
-  state.shard = o.part.to_string();
+  auto started = starting_state(o);
+  if (!started) return started.error();
+  soak_state state = std::move(*started);
 
   // A new soak replaces an earlier one in the directory only when asked (checked above).
   if (!o.resume && recorded->any()) {
@@ -304,44 +421,11 @@ core::result<soak_result> run_soak(const soak_options& o) {
   };
   if (auto s = write_state(o.out_dir, state); !s) return s;
 
-  campaign_options c;
-  for (const auto& sc : o.scenarios) {
-    variant v;
-    v.name = sc.name;
-    v.argv = {o.scenario_binary.string(), "run", sc.name};
-    v.timeout = milliseconds(static_cast<std::int64_t>(static_cast<double>(sc.timeout.count()) * o.timeout_scale));
-    v.in_run_dir = true;
-    v.slots = sc.slots;
-    c.variants.push_back(std::move(v));
-  }
   const std::uint64_t seed = state.seed;
-  std::map<std::string, std::vector<std::string>> spaces;
-  for (const auto& sc : o.scenarios) spaces[sc.name] = sc.fault_space;
-  c.faults_of = [&spaces, seed](std::uint64_t run, const variant& v) {
-    auto spec = draw_faults(spaces.at(v.name), fault_draw_seed(seed, run));
-    return spec ? *spec : std::string();  // the spaces were checked above: a draw cannot fail
-  };
-  c.repeat = unbounded_repeat;
-  c.rotate_per_shard = true;
-  c.sweep_shm_at_end = false;  // the checks between runs and the final one below do it
-  c.seed = seed;
-  c.jobs = o.jobs;
-  c.part = o.part;
-  c.out_dir = o.out_dir;
-  c.grace = o.grace;
-  c.log_limit_bytes = o.log_limit_bytes;
-  c.stacks = o.stacks;
-  c.crash = o.crash;
-  c.env = o.env;
-  c.progress = o.progress;
-  c.progress_tty = o.progress_tty;
-  c.progress_interval = o.progress_tty ? milliseconds(100) : milliseconds(60'000);
-  c.cancel = o.cancel;
-  c.keep = o.keep;
+  campaign_options c = soak_campaign(o, seed);
   // The campaign continues when there is one (results or its manifest): a soak killed before
   // its campaign began has only its state.
   c.resume = o.resume && (recorded->results || recorded->manifest);
-  c.warn = o.warn;
   c.out_lock = &*out_lock;
   c.deadline = start + left;
   c.progress_suffix = [&] {
@@ -349,9 +433,7 @@ core::result<soak_result> run_soak(const soak_options& o) {
            format_duration(state.budget) + " budget";
   };
 
-  // The containment's own processes and descriptors (a watchdog and its socket) exist before the
-  // descriptor check's first look, not as something a run left behind.
-  if (auto s = prepare_containment(o.jobs); !s) warn("containment: " + s.message());
+  prepare_harness(o, warn);
   // Between runs: the leak checks (every few runs) and the state (at most once a second).
   const fs::path out_abs = fs::absolute(o.out_dir, ec).lexically_normal();
   leak_checker leaks(o.grace, {(out_abs / "results.jsonl").string(), (out_abs / "report.").string(),
@@ -360,11 +442,11 @@ core::result<soak_result> run_soak(const soak_options& o) {
   c.checkpoint_runs = std::max<std::uint64_t>(1, std::uint64_t{4} * o.jobs);
   // The reporter's files are open while it writes: the descriptor check waits for it.
   std::mutex report_files_mu;
-  c.checkpoint = [&](std::uint64_t performed, std::uint64_t failures) {
+  c.checkpoint = [&](std::uint64_t recorded_runs, std::uint64_t failures) {
     std::vector<std::string> found;
     {
       std::lock_guard files(report_files_mu);
-      found = leaks.check(performed);
+      found = leaks.check(recorded_runs);
     }
     std::lock_guard lock(mu);
     for (auto& f : found) {
@@ -372,7 +454,9 @@ core::result<soak_result> run_soak(const soak_options& o) {
       result.harness_leaks.push_back(f);
       state.harness_leaks.push_back(std::move(f));
     }
-    (void)failures;
+    // What soak.json says while the soak runs: every run recorded so far, a resume's included.
+    state.runs = recorded_runs;
+    state.failures = failures;
     if (clock_type::now() - last_state >= std::chrono::seconds(1) || !found.empty()) {
       last_state = clock_type::now();
       state.spent = spent();
@@ -442,16 +526,7 @@ core::result<soak_result> run_soak(const soak_options& o) {
   }
   state.spent = spent();
   state.updated = iso_now();
-  if (campaign) {
-    std::uint64_t runs = 0, failures = 0;
-    for (const auto& s : campaign->summaries) {
-      runs += s.runs;
-      failures += s.failures;
-    }
-    state.runs = runs;
-    state.failures = failures;
-    state.finished = campaign->deadline_reached;
-  }
+  if (campaign) count_runs(state, *campaign);
   auto state_written = write_state(o.out_dir, state);
   if (!campaign) return campaign.error();
   if (!state_written) return state_written;

@@ -1,6 +1,10 @@
 // A soak: the scenarios run round-robin for a time budget, every run with its own seed and a
 // fault spec drawn from its scenario's fault space, with leak checks between runs, a state that
-// survives the harness being killed, and a report kept up to date while it runs.
+// survives the harness being killed, and a report kept up to date while it runs. A soak of a
+// user's command (`faultline soak -- CMD`) is the same with one variant, the command as `exec`
+// runs it: every run gets its own seed (FAULTLINE_SEED: the agent's probabilities draw anew) and
+// the command's own spec (FAULTLINE_FAULTS, the same on every run); its failures replay with
+// `faultline exec --seed X ... -- CMD`.
 //
 // It is a campaign (campaign.h) with an unbounded number of runs, so it keeps everything a
 // campaign does: the same runner and containment, the same results file, output pruning (a
@@ -25,8 +29,10 @@
 //   auto r = harness::run_soak(o);
 //
 // Output directory: what a campaign writes (results.jsonl, campaign.json, logs/, runs/) and
-//   OUT/soak.json     seed, budget, time spent so far, scenarios and their fault spaces, runs,
-//                     failures and harness leaks; rewritten atomically (what --resume reads)
+//   OUT/soak.json     seed, budget, time spent so far, scenarios and their fault spaces (or the
+//                     command and its spec), runs and failures recorded so far (a resume's
+//                     included; current at every state write) and harness leaks; rewritten
+//                     atomically (what --resume reads)
 //   OUT/report.html, OUT/report.md   the report of every run so far
 // OUT/.faultline.lock (out_lock.h) is held from the start to the last report written: a second
 // soak or campaign in OUT meanwhile is refused, naming this one's pid.
@@ -35,7 +41,7 @@
 // run_soak refuses it, naming it (check_out_dir_choice, campaign.h).
 //
 // Resuming (`resume`): after the harness was killed, the soak continues with the seed, scenarios
-// and fault spaces of OUT/soak.json (other ones are refused), spends what is left of the budget
+// and fault spaces (or command and spec) of OUT/soak.json (other ones are refused), spends what is left of the budget
 // (time already spent counts, up to the last state write), performs first the runs that were in
 // flight, and never records a run twice.
 //
@@ -76,6 +82,9 @@ using soak_report_writer =
 struct soak_options {
   std::vector<scenario_info> scenarios;    ///< in rotation order (their clean variants)
   std::filesystem::path scenario_binary;   ///< runs `BIN run NAME`
+  /// Instead of scenarios: a user's command, as exec runs it (argv, environment, timeout, slots,
+  /// gtest output), its `faults` given to every run. Exactly one of scenarios and command.
+  std::optional<variant> command;
   std::chrono::milliseconds budget{0};     ///< total time to spend, across resumes
   std::optional<std::uint64_t> seed;       ///< none: the recorded one (resume) or one from the clock
   unsigned jobs = 1;
@@ -117,11 +126,12 @@ struct soak_result {
 /// The name of the soak's state file in its output directory.
 inline constexpr const char* soak_state_file = "soak.json";
 
-/// Runs the soak. Errors: busy when another campaign holds OUT (the message names its pid),
-/// before anything in OUT is read or written; check_out_dir_choice's errors (a soak or campaign in
-/// OUT and neither `resume` nor `replace`; `resume` with nothing there), before anything in OUT is
-/// written; invalid_argument for no scenarios, a zero budget, a malformed fault space, or a resume
-/// whose seed, scenarios or spaces differ from OUT/soak.json (the message says which); corrupt for an unreadable soak.json; io_error when
+/// Runs the soak. Errors: invalid_argument for neither scenarios nor a command, or both, a zero
+/// budget or a malformed fault space, before OUT is touched; busy when another campaign holds OUT
+/// (the message names its pid), before anything in OUT is read or written; check_out_dir_choice's
+/// errors (a soak or campaign in OUT and neither `resume` nor `replace`; `resume` with nothing
+/// there), before anything in OUT is written; invalid_argument for a resume whose seed,
+/// scenarios, spaces, command or spec differ from OUT/soak.json (the message says which); corrupt for an unreadable soak.json; io_error when
 /// the output cannot be written (a full disk: the runs recorded so far are intact, and the
 /// message says so).
 core::result<soak_result> run_soak(const soak_options& o);

@@ -4,8 +4,11 @@
 // faults drawn from each scenario's space, exactly as its seed says; it survives being killed at
 // random moments (resume loses no finished run and counts none twice); a full output disk stops it
 // with a clear error and every recorded run intact; the checks between runs find what runs leave
-// behind; bad input is refused. Method: read back results.jsonl and soak.json and recompute what
-// each run must have been; kill with SIGKILL; fail writes with libfiu's POSIX preload.
+// behind; bad input is refused. A soak of a user's command (`soak -- CMD`) runs it as exec does,
+// a seed per run and its own spec on every run, and soak.json counts the runs recorded while the
+// soak runs, a resume's earlier ones included. Method: read back results.jsonl and soak.json and
+// recompute what each run must have been; kill with SIGKILL; fail writes with libfiu's POSIX
+// preload; read soak.json from the test while a soak runs in the background.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -317,6 +320,143 @@ TEST_F(soak_e2e, bad_arguments_are_usage_errors) {
     EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
   }
   EXPECT_FALSE(fs::exists(out() / "results.jsonl")) << "a refused soak ran something";
+}
+
+// --- soak -- COMMAND --------------------------------------------------------------------------
+
+// A command that fails on odd seeds: which runs fail says which seed each run had.
+const std::vector<std::string> odd_seed_fails = {"/bin/sh", "-c", "exit $((FAULTLINE_SEED % 2))"};
+
+TEST_F(soak_e2e, a_command_soak_runs_the_command_with_a_seed_per_run_and_its_faults_and_replays_its_failures) {
+  std::vector<std::string> args = {"soak", "--budget", "2s", "--out", out().string(), "--seed", "4", "--faults", "process/start=print", "--"};
+  args.insert(args.end(), odd_seed_fails.begin(), odd_seed_fails.end());
+  auto r = testing_util::run_faultline(args);
+  EXPECT_EQ(r.status, 1) << "the odd seeds' runs fail\n" << r.err;
+  const auto recs = records(out());
+  ASSERT_GE(recs.size(), 2u) << r.err;
+  std::uint64_t failures = 0;
+  std::set<std::uint64_t> numbers;
+  for (const auto& rec : recs) {
+    EXPECT_TRUE(numbers.insert(rec.run).second) << "run " << rec.run << " recorded twice";
+    EXPECT_EQ(rec.name, "sh");
+    EXPECT_EQ(rec.command, odd_seed_fails);
+    EXPECT_EQ(rec.seed, 4 + rec.run) << "run " << rec.run;
+    EXPECT_EQ(rec.faults, "process/start=print") << "run " << rec.run;
+    // The spec reached the program through the agent, as under exec.
+    EXPECT_NE(std::find(rec.points_reached.begin(), rec.points_reached.end(), "process/start"), rec.points_reached.end()) << "run " << rec.run;
+    EXPECT_EQ(rec.result, rec.seed % 2 ? harness::outcome::fail : harness::outcome::pass) << "run " << rec.run;
+    failures += rec.result != harness::outcome::pass;
+  }
+  EXPECT_EQ(*numbers.rbegin() + 1, numbers.size()) << "a run is missing";
+
+  auto state = state_of(out());
+  ASSERT_FALSE(state.is_discarded());
+  EXPECT_EQ(state["runs"], recs.size());
+  EXPECT_EQ(state["failures"], failures);
+  EXPECT_EQ(state["command"]["argv"], odd_seed_fails);
+  EXPECT_EQ(state["command"]["faults"], "process/start=print");
+  EXPECT_TRUE(state["finished"].get<bool>());
+  EXPECT_NE(r.err.find("soak of `/bin/sh -c"), std::string::npos) << r.err;
+  // The first failure (run 1, seed 5) replays with exec, seed and faults included.
+  const std::string repro = "repro: faultline exec --seed 5 --repeat 1 --out faultline-repro --replace --faults process/start=print -- /bin/sh -c";
+  EXPECT_NE(r.out.find(repro), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(out() / "logs" / "sh.s5.log"));
+  EXPECT_TRUE(state["harness_leaks"].empty()) << state["harness_leaks"].dump();
+}
+
+// The soak's checkpoint comes every 4 runs (one job) and writes soak.json when a second has passed
+// since the last write: runs of at least 300 ms make every checkpoint write it, after exactly 4,
+// 8, ... runs of this invocation.
+TEST_F(soak_e2e, soak_json_counts_the_runs_recorded_while_a_command_soak_runs_and_across_a_resume) {
+  const std::vector<std::string> args = {"--budget", "120s", "--out", out().string(), "--seed", "1", "--",
+                                         testing_util::program("fl_testdata_pass").string(), "--sleep-ms", "300"};
+  auto first = start_soak({}, args, dir_.path(), "first");
+  nlohmann::json seen;
+  ASSERT_TRUE(eventually([&] {
+    seen = state_of(out());
+    return !seen.is_discarded() && seen.value("runs", 0) >= 8;
+  }, 120s)) << "soak.json never counted 8 runs while the soak ran: " << seen.dump() << "\n" << slurp(first.err);
+  EXPECT_FALSE(seen["finished"].get<bool>());
+  EXPECT_LE(seen["runs"].get<std::size_t>(), records(out()).size()) << "soak.json counts runs results.jsonl does not hold";
+  ASSERT_TRUE(first.proc.signal(SIGKILL));
+  (void)first.proc.reap();
+  auto file = harness::read_results(out() / "results.jsonl");
+  ASSERT_TRUE(file.has_value()) << file.error().to_string();
+  const std::size_t before = file->records.size();  // a torn last line is not a run: the resume performs it again
+  ASSERT_GE(before, 8u);
+  const std::string last_update = state_of(out()).value("updated", "");
+
+  // The resumed soak's first writes (a new "updated") count the runs it found and the 4, 8, ...
+  // it performed since: counting only its own would say 4 (fewer than the 8 found).
+  auto resumed_args = args;
+  resumed_args.insert(resumed_args.begin(), "--resume");
+  auto second = start_soak({}, resumed_args, dir_.path(), "second");
+  ASSERT_TRUE(eventually([&] {
+    seen = state_of(out());
+    const std::string updated = seen.is_discarded() ? "" : seen.value("updated", "");
+    return !updated.empty() && updated != last_update;
+  }, 120s)) << "the resumed soak never rewrote soak.json: " << seen.dump() << "\n" << slurp(second.err);
+  const auto runs = seen["runs"].get<std::size_t>();
+  EXPECT_GT(runs, before) << "soak.json counts only the resumed soak's own runs";
+  EXPECT_EQ((runs - before) % 4, 0u) << "soak.json counts " << runs << " runs: " << before
+                                     << " found by the resume and a multiple of 4 performed since, each once";
+  EXPECT_LE(runs, records(out()).size());
+  EXPECT_EQ(seen["failures"], 0);
+  EXPECT_FALSE(seen["finished"].get<bool>());
+  ASSERT_TRUE(second.proc.signal(SIGKILL));
+  (void)second.proc.reap();
+  const auto recs = records(out());
+  std::set<std::uint64_t> numbers;
+  for (const auto& rec : recs) EXPECT_TRUE(numbers.insert(rec.run).second) << "run " << rec.run << " recorded twice";
+  ASSERT_FALSE(numbers.empty());
+  EXPECT_EQ(*numbers.rbegin() + 1, numbers.size()) << "a run below the highest recorded one is missing: it was lost";
+}
+
+TEST_F(soak_e2e, soak_json_counts_the_runs_recorded_while_a_catalog_soak_runs) {
+  auto s = start_soak({}, {"--budget", "120s", "--out", out().string(), "--seed", "2"}, dir_.path(), "catalog");
+  nlohmann::json seen;
+  ASSERT_TRUE(eventually([&] {
+    seen = state_of(out());
+    return !seen.is_discarded() && seen.value("runs", 0) > 0;
+  }, 120s)) << "soak.json never counted a run while the soak ran: " << seen.dump() << "\n" << slurp(s.err);
+  EXPECT_FALSE(seen["finished"].get<bool>());
+  EXPECT_LE(seen["runs"].get<std::size_t>(), records(out()).size());
+  EXPECT_LE(seen["failures"].get<std::size_t>(), seen["runs"].get<std::size_t>());
+  ASSERT_TRUE(s.proc.signal(SIGKILL));
+  (void)s.proc.reap();
+}
+
+TEST_F(soak_e2e, a_bad_command_soak_is_a_usage_error_that_leaves_the_soak_in_out_untouched) {
+  auto first = testing_util::run_faultline({"soak", "--budget", "300ms", "--out", out().string(), "--seed", "1", "--", "/bin/true"});
+  ASSERT_NE(first.status, 2) << first.err;
+  const auto results = slurp(out() / "results.jsonl");
+  const auto state = slurp(out() / "soak.json");
+  ASSERT_FALSE(results.empty());
+  struct bad_case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::string missing = (dir_.path() / "no-such-program").string();
+  const std::vector<bad_case> cases = {
+      {{"--replace", "--", missing}, "the command cannot be run: " + missing},
+      {{"--resume", "--", missing}, "the command cannot be run: " + missing},
+      {{"fake/counter", "--replace", "--", "/bin/true"}, "scenario names and a command"},
+      {{"--replace", "--"}, "no command after --"},
+      {{"--replace", "--faults", "fake/noise=print"}, "--faults is for a command soak"},
+      {{"--replace", "--timeout-scale", "2", "--", "/bin/true"}, "--timeout-scale"},
+      {{"--replace", "--faults", "exit/bogus=kill", "--", "/bin/true"}, "exit/bogus"},
+      {{"--resume", "--", "/bin/false"}, "another command"},
+      {{"--resume"}, "not scenarios"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"soak", "--budget", "1s", "--out", out().string()};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = testing_util::run_faultline(args, fake_env());
+    EXPECT_EQ(r.status, 2) << c.says << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_EQ(slurp(out() / "results.jsonl"), results) << c.says;
+    EXPECT_EQ(slurp(out() / "soak.json"), state) << c.says;
+  }
 }
 
 }  // namespace
