@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ gdb elfutils binutils libfiu-dev fiu-utils nlohmann-json3-dev libcli11-dev
           libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev
-          python3-plotly chromium libxml2-utils shellcheck libdw-dev libelf-dev zlib1g-dev liblzma-dev libbz2-dev libzstd-dev
+          python3-plotly esbuild chromium libxml2-utils shellcheck libdw-dev libelf-dev zlib1g-dev liblzma-dev libbz2-dev libzstd-dev
           slurm-wlm munge)
 missing=()
 for p in "${packages[@]}"; do

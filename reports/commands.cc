@@ -35,7 +35,8 @@ expectation when the bug was detected and every run could be performed; any othe
 failed.
 
 plotly.js comes from --plotly-js, else $FAULTLINE_PLOTLY_JS, else the file found at configure time
-(python3-plotly's). Without it the HTML report is not written (the others are) and the exit status is 2.
+(python3-plotly's, minified by the build where esbuild was found). The page carries it gzipped. Without it
+the HTML report is not written (the others are) and the exit status is 2.
 
 Exit status: 0 when every report was written (whatever the runs' outcomes: see faultline gate), 2 for
 bad input or a report that could not be written.)";

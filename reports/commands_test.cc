@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "reports/detail/pack.h"
 #include "reports/tests/fixtures.h"
 
 namespace faultline::reports {
@@ -57,7 +58,7 @@ TEST_F(commands, report_writes_every_report_and_says_where) {
                               "; 1 did not meet its expectation"),
             std::string::npos)
       << io.out.str();
-  EXPECT_NE(testing::read_text(o.html).find(fake_plotly), std::string::npos);
+  EXPECT_NE(testing::read_text(o.html).find(detail::base64(detail::gzip(fake_plotly))), std::string::npos);
   EXPECT_EQ(testing::read_text(o.junit).rfind("<?xml", 0), 0u);
   EXPECT_EQ(testing::read_text(o.markdown).rfind("## faultline: ", 0), 0u);
   for (const auto& e : fs::directory_iterator(dir.path() / "r"))

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 
 #include "harness/detail/sys.h"
+#include "reports/detail/pack.h"
 #include "reports/detail/text.h"
 
 namespace faultline::reports {
@@ -27,6 +29,10 @@ const char* color_of(outcome o) {
   return "#7f7f7f";
 }
 
+// A plotted number with the three decimals a plot can show (rates are in percent): the page
+// carries "12.345", not "12.345678901234567".
+json num(double v) { return std::round(v * 1000) / 1000; }
+
 // Labels as plotly shows them: printable, one line.
 json labels(const report_model& m) {
   json out = json::array();
@@ -36,6 +42,10 @@ json labels(const report_model& m) {
 
 // Height for a chart with one row per variant.
 int rows_height(std::size_t rows) { return 160 + 28 * static_cast<int>(rows); }
+
+// Every axis makes room for its tick labels and title (plotly's automargin): with fixed margins
+// long tick labels were cut at the plot's edge and a second axis's title sat on its ticks.
+json value_axis(const std::string& title) { return {{"title", {{"text", title}, {"standoff", 8}}}, {"automargin", true}}; }
 
 json category_axis(const report_model& m) {
   return {{"type", "category"}, {"categoryorder", "array"}, {"categoryarray", labels(m)}, {"autorange", "reversed"},
@@ -73,32 +83,6 @@ std::string script_json(const json& j) {
   return out;
 }
 
-// plotly.js verbatim, except that a "</script" or "<!--" in it (in a string or comment: they
-// cannot be code) could end or confuse the element: written "<\/script", "<\!--", which mean the
-// same in a JavaScript string.
-std::string script_source(const std::string& js) {
-  std::string out;
-  out.reserve(js.size());
-  for (std::size_t i = 0; i < js.size(); ++i) {
-    if (js[i] == '<' && i + 1 < js.size()) {
-      std::string_view rest(js.data() + i + 1, std::min<std::size_t>(7, js.size() - i - 1));
-      std::string lower(rest);
-      for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (lower.rfind("/script", 0) == 0) {
-        out += "<\\/";
-        ++i;  // the '/'
-        continue;
-      }
-      if (lower.rfind("!--", 0) == 0) {
-        out += "<\\";
-        continue;
-      }
-    }
-    out += js[i];
-  }
-  return out;
-}
-
 // A link target for `file` from the page's directory, percent-encoded.
 std::string href_to(const std::string& file, const fs::path& html_dir) {
   std::error_code ec;
@@ -121,6 +105,14 @@ std::string href_to(const std::string& file, const fs::path& html_dir) {
 }
 
 std::string code(std::string_view text) { return "<code>" + html_escape(text) + "</code>"; }
+
+// Whether a variant met its expectation, as a coloured word. Words, not emoji: a stock headless
+// Chromium has no emoji font and drew ✅ and ❌ as empty boxes; every font draws "PASS".
+std::string mark(bool ok) { return ok ? "<span class=\"mark pass\">PASS</span>" : "<span class=\"mark fail\">FAIL</span>"; }
+
+// Signatures listed per variant, the most frequent first: a variant whose every crash has a
+// signature of its own (addresses in its frames) must not make the page grow with its runs.
+constexpr std::size_t signatures_listed = 20;
 
 std::string rate_text(const harness::rate_estimate& r) {
   return detail::percent(r.rate) + " <span class=\"ci\">(" + detail::percent(r.lower95) + "–" + detail::percent(r.upper95) + ")</span>";
@@ -148,27 +140,57 @@ table { border-collapse: collapse; width: 100%; margin: 8px 0; }
 th, td { border: 1px solid #d0d7de; padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; }
 td.num { text-align: right; white-space: nowrap; }
-tr.bad td:first-child { color: #cf222e; font-weight: 600; } tr.ok td:first-child { color: #1a7f37; }
 code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; background: #f6f8fa; padding: 1px 4px; border-radius: 4px; white-space: pre-wrap; word-break: break-all; }
 pre { background: #f6f8fa; padding: 8px 12px; border-radius: 6px; overflow-x: auto; }
 .ci { color: #656d76; }
 .badge { color: #fff; border-radius: 10px; padding: 0 7px; font-size: 12px; white-space: nowrap; }
+.mark { color: #fff; border-radius: 4px; padding: 1px 6px; font-size: 12px; font-weight: 700; letter-spacing: 0.04em; white-space: nowrap; }
+.mark.pass { background: #1a7f37; } .mark.fail { background: #cf222e; }
+pre.frames { margin: 4px 0 0; padding: 4px 8px; font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; white-space: pre-wrap; word-break: break-all; }
 .plot { min-height: 200px; }
 details { margin: 8px 0; } summary { cursor: pointer; font-weight: 600; }
 )";
 
+// Unpacks plotly.js (gzip in base64, from the element #plotly-js), runs it, then draws each
+// figure. The body's data-plots says when it is done: "drawn", or "failed" when plotly.js could
+// not be unpacked; a plot that could not be drawn says why in its element and on the console.
 constexpr const char* driver = R"(
 (function () {
   var specs = document.querySelectorAll('script[type="application/json"][data-plot]');
-  for (var i = 0; i < specs.length; i++) {
-    var el = specs[i], target = document.getElementById(el.getAttribute('data-plot'));
-    try {
-      var fig = JSON.parse(el.textContent);
-      Plotly.newPlot(target, fig.data, fig.layout, {displaylogo: false, responsive: true});
-    } catch (e) {
-      target.textContent = 'This plot could not be drawn: ' + e;
-      console.error('faultline report: ' + target.id + ': ' + e);
+  function draw() {
+    for (var i = 0; i < specs.length; i++) {
+      var el = specs[i], target = document.getElementById(el.getAttribute('data-plot'));
+      try {
+        var fig = JSON.parse(el.textContent);
+        Plotly.newPlot(target, fig.data, fig.layout, {displaylogo: false, responsive: true});
+      } catch (e) {
+        target.textContent = 'This plot could not be drawn: ' + e;
+        console.error('faultline report: ' + target.id + ': ' + e);
+      }
     }
+    document.body.setAttribute('data-plots', 'drawn');
+  }
+  function fail(why) {
+    for (var i = 0; i < specs.length; i++) {
+      var target = document.getElementById(specs[i].getAttribute('data-plot'));
+      target.textContent = 'This plot could not be drawn: ' + why;
+      console.error('faultline report: ' + target.id + ': ' + why);
+    }
+    document.body.setAttribute('data-plots', 'failed');
+  }
+  var unpack = 'plotly.js could not be unpacked (it needs DecompressionStream: Chrome 80, Firefox 113, Safari 16.4 or later): ';
+  try {
+    var packed = atob(document.getElementById('plotly-js').textContent);
+    var bytes = new Uint8Array(packed.length);
+    for (var i = 0; i < packed.length; i++) bytes[i] = packed.charCodeAt(i);
+    new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'))).text().then(function (js) {
+      var script = document.createElement('script');
+      script.textContent = js;
+      document.head.appendChild(script);
+      draw();
+    }).catch(function (e) { fail(unpack + e); });
+  } catch (e) {
+    fail(unpack + e);
   }
 })();
 )";
@@ -178,7 +200,10 @@ constexpr const char* driver = R"(
 fs::path plotly_js_path(const std::string& explicit_path) {
   if (!explicit_path.empty()) return explicit_path;
   if (const char* env = std::getenv("FAULTLINE_PLOTLY_JS"); env && *env) return env;
-  return FAULTLINE_PLOTLY_JS_PATH;
+  std::error_code ec;
+  const fs::path built = FAULTLINE_PLOTLY_JS_PATH;
+  if (built.empty() || fs::exists(built, ec)) return built;
+  return std::string(FAULTLINE_PLOTLY_JS_SOURCE_PATH).empty() ? built : fs::path(FAULTLINE_PLOTLY_JS_SOURCE_PATH);
 }
 
 core::result<std::string> load_plotly_js(const fs::path& path) {
@@ -222,10 +247,10 @@ json rate_figure(const report_model& m) {
          colors = json::array();
     for (const auto& v : m.variants) {
       if (v.expect != kind) continue;
-      x.push_back(v.rate.rate * 100);
+      x.push_back(num(v.rate.rate * 100));
       y.push_back(detail::one_line(v.label));
-      plus.push_back((v.rate.upper95 - v.rate.rate) * 100);
-      minus.push_back((v.rate.rate - v.rate.lower95) * 100);
+      plus.push_back(num((v.rate.upper95 - v.rate.rate) * 100));
+      minus.push_back(num((v.rate.rate - v.rate.lower95) * 100));
       text.push_back(detail::one_line(v.label + ": " + v.verdict));
       colors.push_back(v.ok ? "#1a7f37" : "#cf222e");
     }
@@ -245,8 +270,9 @@ json rate_figure(const report_model& m) {
   // Small rates stay readable: the axis ends a little past the highest upper bound.
   double top = 0;
   for (const auto& v : m.variants) top = std::max(top, v.rate.upper95 * 100);
-  layout["xaxis"] = {{"title", {{"text", "% of runs"}}}, {"range", {-0.02 * std::max(5.0, top), std::min(102.0, std::max(5.0, top * 1.1))}},
-                     {"zeroline", true}};
+  layout["xaxis"] = value_axis("% of runs");
+  layout["xaxis"]["range"] = {num(-0.02 * std::max(5.0, top)), num(std::min(102.0, std::max(5.0, top * 1.1)))};
+  layout["xaxis"]["zeroline"] = true;
   layout["yaxis"] = category_axis(m);
   return {{"data", data}, {"layout", layout}};
 }
@@ -259,7 +285,7 @@ json outcome_figure(const report_model& m) {
     for (const auto& v : m.variants) {
       const std::uint64_t n = v.summary.outcomes.count(o) ? v.summary.outcomes.at(o) : 0;
       any = any || n;
-      x.push_back(v.summary.runs ? 100.0 * static_cast<double>(n) / static_cast<double>(v.summary.runs) : 0.0);
+      x.push_back(num(v.summary.runs ? 100.0 * static_cast<double>(n) / static_cast<double>(v.summary.runs) : 0.0));
       y.push_back(detail::one_line(v.label));
       text.push_back(std::string(harness::to_string(o)) + ": " + detail::thousands(n) + " of " + detail::thousands(v.summary.runs));
     }
@@ -275,7 +301,8 @@ json outcome_figure(const report_model& m) {
   }
   json layout = base_layout("Outcomes per variant", rows_height(m.variants.size()));
   layout["barmode"] = "stack";
-  layout["xaxis"] = {{"title", {{"text", "% of runs"}}}, {"range", {0, 100}}};
+  layout["xaxis"] = value_axis("% of runs");
+  layout["xaxis"]["range"] = {0, 100};
   layout["yaxis"] = category_axis(m);
   return {{"data", data}, {"layout", layout}};
 }
@@ -292,7 +319,7 @@ json duration_figure(const report_model& m) {
     q3.push_back(d.q3_ms);
     lo.push_back(d.min_ms);
     hi.push_back(d.max_ms);
-    mean.push_back(d.mean_ms);
+    mean.push_back(num(d.mean_ms));
     min_all = min_all < 0 ? d.min_ms : std::min(min_all, d.min_ms);
     max_all = std::max(max_all, d.max_ms);
   }
@@ -312,7 +339,8 @@ json duration_figure(const report_model& m) {
                   {"showlegend", false}});
   json layout = base_layout("Run durations per variant (whiskers: shortest and longest run)", rows_height(m.variants.size()));
   const bool log_axis = min_all >= 1 && max_all > 10 * min_all;
-  layout["xaxis"] = {{"title", {{"text", "milliseconds"}}}, {"type", log_axis ? "log" : "linear"}};
+  layout["xaxis"] = value_axis("milliseconds");
+  layout["xaxis"]["type"] = log_axis ? "log" : "linear";
   layout["yaxis"] = category_axis(m);
   return {{"data", data}, {"layout", layout}};
 }
@@ -325,8 +353,9 @@ json timeline_figure(const report_model& m) {
     layout["annotations"] = {{{"text", "no run has a start time"}, {"showarrow", false}, {"xref", "paper"}, {"yref", "paper"}, {"x", 0.5}, {"y", 0.5}}};
     return {{"data", data}, {"layout", layout}};
   }
-  json x = json::array();
-  for (const auto& b : t.buckets) x.push_back(detail::iso_utc_ms(b.start_ms + t.bucket_ms / 2));
+  // The buckets are consecutive: each trace gives its first bucket's middle and the width (x0,
+  // dx) instead of one date per bucket.
+  const std::string x0 = detail::iso_utc_ms(t.buckets.front().start_ms + t.bucket_ms / 2);
   for (outcome o : harness::all_outcomes) {
     json y = json::array();
     bool any = false;
@@ -336,7 +365,7 @@ json timeline_figure(const report_model& m) {
       y.push_back(n);
     }
     if (!any) continue;
-    data.push_back({{"type", "bar"}, {"name", harness::to_string(o)}, {"x", x}, {"y", y}, {"width", t.bucket_ms},
+    data.push_back({{"type", "bar"}, {"name", harness::to_string(o)}, {"x0", x0}, {"dx", t.bucket_ms}, {"y", y}, {"width", t.bucket_ms},
                     {"marker", {{"color", color_of(o)}}}});
   }
   json share = json::array();
@@ -346,9 +375,9 @@ json timeline_figure(const report_model& m) {
       runs += n;
       if (o != outcome::pass) failed += n;
     }
-    share.push_back(runs ? json(100.0 * static_cast<double>(failed) / static_cast<double>(runs)) : json(nullptr));
+    share.push_back(runs ? num(100.0 * static_cast<double>(failed) / static_cast<double>(runs)) : json(nullptr));
   }
-  data.push_back({{"type", "scatter"}, {"mode", "lines+markers"}, {"name", "% not passing"}, {"x", x}, {"y", share}, {"yaxis", "y2"},
+  data.push_back({{"type", "scatter"}, {"mode", "lines+markers"}, {"name", "% not passing"}, {"x0", x0}, {"dx", t.bucket_ms}, {"y", share}, {"yaxis", "y2"},
                   {"line", {{"color", "#1f2328"}, {"width", 1.5}}}, {"marker", {{"size", 4}}}, {"connectgaps", false}});
   layout["barmode"] = "stack";
   layout["bargap"] = 0;
@@ -357,9 +386,12 @@ json timeline_figure(const report_model& m) {
                             : s % 3600 == 0 ? std::to_string(s / 3600) + " h"
                             : s % 60 == 0   ? std::to_string(s / 60) + " min"
                                             : std::to_string(s) + " s";
-  layout["xaxis"] = {{"type", "date"}, {"title", {{"text", "start time (UTC), intervals of " + width}}}};
-  layout["yaxis"] = {{"title", {{"text", "runs"}}}, {"rangemode", "tozero"}};
-  layout["yaxis2"] = {{"title", {{"text", "% not passing"}}}, {"overlaying", "y"}, {"side", "right"}, {"range", {0, 100}}, {"showgrid", false}};
+  layout["xaxis"] = value_axis("start time (UTC), intervals of " + width);
+  layout["xaxis"]["type"] = "date";
+  layout["yaxis"] = value_axis("runs");
+  layout["yaxis"]["rangemode"] = "tozero";
+  layout["yaxis2"] = value_axis("% not passing");
+  layout["yaxis2"].update({{"overlaying", "y"}, {"side", "right"}, {"range", {0, 100}}, {"showgrid", false}});
   return {{"data", data}, {"layout", layout}};
 }
 
@@ -367,16 +399,15 @@ std::string to_html(const report_model& m, const html_options& o) {
   std::string out;
   out += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
-  out += "<title>" + html_escape(o.title) + "</title>\n<style>" + std::string(style) + "</style>\n";
-  out += "<script>\n" + script_source(o.plotly_js) + "\n</script>\n</head>\n<body>\n";
+  out += "<title>" + html_escape(o.title) + "</title>\n<style>" + std::string(style) + "</style>\n</head>\n<body>\n";
   out += "<h1>" + html_escape(o.title) + "</h1>\n";
 
   const std::uint64_t failed = m.failed_variants();
   const std::size_t n = m.variants.size();
   if (failed == 0) {
-    out += "<p class=\"verdict ok\">✅ " + std::string(n == 1 ? "The variant met its expectation" : "All " + detail::thousands(n) + " variants met their expectation") + "</p>\n";
+    out += "<p class=\"verdict ok\">" + mark(true) + " " + std::string(n == 1 ? "The variant met its expectation" : "All " + detail::thousands(n) + " variants met their expectation") + "</p>\n";
   } else {
-    out += "<p class=\"verdict bad\">❌ " + detail::thousands(failed) + " of " + detail::thousands(n) +
+    out += "<p class=\"verdict bad\">" + mark(false) + " " + detail::thousands(failed) + " of " + detail::thousands(n) +
            (n == 1 ? " variant did not meet its expectation" : " variants did not meet their expectation") + "</p>\n";
   }
   out += "<p>" + detail::thousands(m.runs) + (m.runs == 1 ? " run" : " runs") + " of " + detail::thousands(n) +
@@ -398,11 +429,11 @@ std::string to_html(const report_model& m, const html_options& o) {
     out += "<script type=\"application/json\" data-plot=\"" + std::string(plot_ids[i]) + "\">" + script_json(figures[i].second) + "</script>\n";
   }
 
-  out += "<h2>Variants</h2>\n<table>\n<thead><tr><th></th><th>variant</th><th>faults</th><th>runs</th><th>failed</th>"
+  out += "<h2>Variants</h2>\n<table>\n<thead><tr><th>met</th><th>variant</th><th>faults</th><th>runs</th><th>failed</th>"
          "<th>rate (95% CI)</th><th>outcomes</th><th>duration median / p99</th><th>most frequent signature</th></tr></thead>\n<tbody>\n";
   for (const auto& v : m.variants) {
     const auto& s = v.summary;
-    out += std::string("<tr class=\"") + (v.ok ? "ok" : "bad") + "\"><td title=\"" + html_escape(v.verdict) + "\">" + (v.ok ? "ok" : "FAIL") + "</td>";
+    out += std::string("<tr class=\"") + (v.ok ? "ok" : "bad") + "\"><td title=\"" + html_escape(v.verdict) + "\">" + mark(v.ok) + "</td>";
     out += "<td>" + code(v.label) + "</td><td>" + (v.faults.empty() ? std::string() : code(v.faults)) + "</td>";
     out += "<td class=\"num\">" + detail::thousands(s.runs) + "</td><td class=\"num\">" +
            (v.expect == expectation::detection ? detail::thousands(v.detections) + " detected" : detail::thousands(s.failures)) + "</td>";
@@ -422,11 +453,13 @@ std::string to_html(const report_model& m, const html_options& o) {
     if (v.ok && v.summary.signatures.empty()) continue;
     if (!any_details) out += "<h2>Signatures and repro</h2>\n";
     any_details = true;
-    out += std::string("<details") + (v.ok ? "" : " open") + "><summary>" + (v.ok ? "" : "❌ ") + code(v.label) + ": " +
+    out += std::string("<details") + (v.ok ? "" : " open") + "><summary>" + mark(v.ok) + " " + code(v.label) + ": " +
            html_escape(v.verdict) + "</summary>\n";
     if (!v.summary.signatures.empty()) {
       out += "<table><thead><tr><th>runs</th><th>outcome</th><th>signature</th><th>first run</th><th>log</th><th>stacks</th></tr></thead><tbody>\n";
-      for (const auto& g : v.summary.signatures) {
+      const auto& sigs = v.summary.signatures;
+      for (std::size_t k = 0; k < sigs.size() && k < signatures_listed; ++k) {
+        const auto& g = sigs[k];
         out += "<tr><td class=\"num\">" + detail::thousands(g.count) + "</td><td>" + html_escape(outcome_and_phase(g.result, g.when)) +
                "</td><td>" + (g.signature.empty() ? std::string("(none)") : code(g.signature)) + "</td><td>" + code(g.first_run) + "</td><td>";
         if (!g.first_log.empty()) out += "<a href=\"" + html_escape(href_to(g.first_log, o.html_dir)) + "\">" + html_escape(g.first_log) + "</a>";
@@ -439,11 +472,17 @@ std::string to_html(const report_model& m, const html_options& o) {
           std::string frames;
           for (std::size_t i = 0; i < g.first_frames.size(); ++i)
             frames += (i ? "\n#" : "#") + std::to_string(i) + "  " + g.first_frames[i];
-          out += "<details><summary>top frames</summary><pre>" + html_escape(frames) + "</pre></details>";
+          out += "<pre class=\"frames\" title=\"top frames of the first run\">" + html_escape(frames) + "</pre>";
         }
         out += "</td></tr>\n";
       }
       out += "</tbody></table>\n";
+      if (sigs.size() > signatures_listed) {
+        std::uint64_t runs = 0;
+        for (std::size_t k = signatures_listed; k < sigs.size(); ++k) runs += sigs[k].count;
+        out += "<p>" + detail::thousands(sigs.size() - signatures_listed) + " more signatures, of " + detail::thousands(runs) +
+               (runs == 1 ? " run" : " runs") + ", are not listed (every run is in its results file).</p>\n";
+      }
     }
     if (v.summary.points_never_reached && !v.summary.points_never_reached->empty()) {
       out += "<p>Fault points no run reached:";
@@ -455,6 +494,9 @@ std::string to_html(const report_model& m, const html_options& o) {
     out += "</details>\n";
   }
 
+  // plotly.js once, at the end so that the tables show while it loads; base64 holds no '<'.
+  out += "<script type=\"application/octet-stream\" id=\"plotly-js\" data-encoding=\"gzip+base64\">" +
+         detail::base64(detail::gzip(o.plotly_js)) + "</script>\n";
   out += "<script>" + std::string(driver) + "</script>\n</body>\n</html>\n";
   return out;
 }

@@ -1,5 +1,6 @@
 // A self-contained HTML report of results: one file, no network, plots drawn by plotly.js
-// (embedded inline) from figures given as plotly JSON specs.
+// (embedded once, gzipped in base64, unpacked by the browser) from figures given as plotly JSON
+// specs.
 //
 //   auto js = reports::load_plotly_js(reports::plotly_js_path(""));
 //   if (!js) return js.error();                   // says where it looked and what to install
@@ -7,8 +8,10 @@
 //
 // The page: whether every variant met its expectation, the inputs and their notes, four plots,
 // a table of the variants, and for each variant with failure signatures its signatures (outcome,
-// phase, count, first run, a link to its log) and repro command line (open for the variants that
-// did not meet their expectation). The plots, each in an element whose id is in `plot_ids`:
+// phase, count, first run, a link to its log and to its stacks with their top frames; the 20
+// most frequent) and repro command line (open for the variants that did not meet their
+// expectation). Whether a variant met its expectation is a coloured PASS or FAIL (class "mark"),
+// text that every font draws. The plots, each in an element whose id is in `plot_ids`:
 //   plot-rate       failure rate per variant with its 95% interval (a detection check: its
 //                   detection rate), as points with error bars
 //   plot-outcomes   the outcome mix per variant, as stacked shares of its runs
@@ -17,8 +20,13 @@
 //   plot-timeline   the soak timeline: runs started per interval, stacked by outcome, and the
 //                   share that failed, over the time the runs covered
 // Each figure is a <script type="application/json"> holding {"data": [...], "layout": {...}}
-// that a small script hands to Plotly.newPlot; recorded text is escaped for HTML, and for JSON
-// inside a script element (no "</" can end it early).
+// that a small script hands to Plotly.newPlot once plotly.js is unpacked (the body's
+// data-plots attribute then says "drawn", or "failed" when it could not be unpacked); every
+// axis makes room for its labels (automargin). The figures hold aggregates only (per variant,
+// per timeline interval; numbers to three decimals), so the page grows with the variants and
+// their signatures, not with the runs: about 1.6 MB for 20 variants, of which plotly.js
+// minified is 1.5 MB. Recorded text is escaped for HTML, and for JSON inside a script element
+// (no "</" can end it early).
 //
 // Thread safety: pure functions (plotly_js_path reads the environment).
 #pragma once
@@ -39,13 +47,15 @@ inline constexpr const char* plot_ids[] = {"plot-rate", "plot-outcomes", "plot-d
 
 /// How to write the page.
 struct html_options {
-  std::string plotly_js;           ///< the plotly.js source, embedded verbatim (load_plotly_js)
+  std::string plotly_js;           ///< the plotly.js source (load_plotly_js), embedded gzipped in base64
   std::filesystem::path html_dir;  ///< the directory the page will be written to: log links are relative to it
   std::string title = "faultline report";
 };
 
 /// Where plotly.js is read from: `explicit_path` when not empty, else $FAULTLINE_PLOTLY_JS when
-/// set, else the file found when faultline was configured (empty when none was).
+/// set, else the copy the build minified (where esbuild was found), else the file found when
+/// faultline was configured (empty when none was). The minified copy is in the build tree: when
+/// it is gone, the file it was made from.
 std::filesystem::path plotly_js_path(const std::string& explicit_path);
 
 /// Reads plotly.js from `path`. Errors: not_found (an empty path: none was found at configure

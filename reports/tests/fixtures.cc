@@ -80,6 +80,58 @@ void write_manifest(const fs::path& dir, const std::string& shard, std::uint64_t
   std::ofstream(dir / "campaign.json") << j.dump(2) << "\n";
 }
 
+std::vector<fs::path> campaign_set(const fs::path& dir, std::uint64_t runs, std::uint64_t campaigns) {
+  using harness::outcome;
+  std::uint64_t state = 7;  // splitmix64: the same set on every machine
+  auto draw = [&state] {
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  const std::int64_t start_ms = detail::parse_iso_utc_ms("2026-11-18T11:00:00.000Z");
+  std::vector<fs::path> dirs;
+  for (std::uint64_t c = 0; c < campaigns; ++c) {
+    std::vector<harness::run_record> recs;
+    const std::uint64_t count = runs / campaigns + (c < runs % campaigns ? 1 : 0);
+    for (std::uint64_t k = 0; k < count; ++k) {
+      const std::uint64_t v = k % 20;
+      const bool detection = v % 5 == 4;
+      std::string name = "exit/scenario-" + std::to_string(100 + v).substr(1);
+      if (detection) name += "@bug/alloc/no-exit-guard";
+      const std::uint64_t roll = draw() % 1000;
+      harness::run_record r = record(name, k);
+      if (detection && roll < 900) {
+        r = record(name, k, outcome::fail, "no-device-call-after-teardown", harness::phase::exit);
+      } else if (!detection && roll < 60) {
+        std::ostringstream at;
+        at << std::hex << (0x7f3a00001000ull + draw() % 0x100000 * 16);
+        r = record(name, k, outcome::crash, "SIGSEGV: pool::~pool+0x" + at.str() + " | exit_handler | main", harness::phase::exit);
+        r.signal = 11;
+        r.exit_code.reset();
+        r.frames = {"pool::~pool()+0x" + at.str() + "  (libpool.so)", "exit_handler  (prog)", "__run_exit_handlers  (libc.so.6)",
+                    "exit  (libc.so.6)", "main  (prog)"};
+      } else if (!detection && roll < 80) {
+        r = record(name, k, outcome::hang, "hang: futex_wait | lock_shrreg | main", harness::phase::exit);
+        r.frames = {"futex_wait  (libc.so.6)", "lock_shrreg  (libshr.so)", "main  (prog)"};
+      }
+      // Seeds (and so run ids) of their own per campaign, as a campaign's --seed gives.
+      r.seed = 1000 + c * 100000 + k;
+      r.run_id = r.run_id.substr(0, r.run_id.rfind(".s")) + ".s" + std::to_string(r.seed);
+      if (!r.log.empty()) r.log = "logs/" + r.run_id + ".log";
+      if (!r.frames.empty()) r.stacks = "runs/" + r.run_id + (r.result == outcome::crash ? "/crash-stacks.txt" : "/hang-stacks.txt");
+      r.faults = detection ? "bug/alloc/no-exit-guard=print" : "";
+      r.injected = detection;
+      r.duration_ms = 10 + static_cast<std::int64_t>(draw() % 40) * static_cast<std::int64_t>(1 + draw() % 8);
+      r.timestamp = detail::iso_utc_ms(start_ms + static_cast<std::int64_t>(c) * 3'600'000 + static_cast<std::int64_t>(k) * 2300);
+      recs.push_back(std::move(r));
+    }
+    dirs.push_back(dir / ("campaign" + std::to_string(c)));
+    write_results(dirs.back(), recs);
+  }
+  return dirs;
+}
+
 std::string read_text(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   std::ostringstream s;

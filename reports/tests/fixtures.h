@@ -49,6 +49,16 @@ std::filesystem::path write_results(const std::filesystem::path& dir, const std:
 void write_manifest(const std::filesystem::path& dir, const std::string& shard, std::uint64_t seed,
                     const std::vector<std::string>& variants);
 
+/// A campaign set like the one issue 28 reported (a report of 8.7 MB): `campaigns` results
+/// directories DIR/campaign0, DIR/campaign1, ... holding `runs` runs in all, over 20 variants of
+/// which every fifth is a detection check (a bug point planted; 90% of its runs detect it). Of
+/// the other variants' runs about 6% crash, each with a signature, stacks file and top frames of
+/// its own (an address in the top frame), and 2% hang (one signature). A campaign's runs start
+/// 2.3 s apart, campaigns an hour apart; durations spread from 10 ms to a few hundred.
+/// Deterministic. Returns the directories.
+std::vector<std::filesystem::path> campaign_set(const std::filesystem::path& dir, std::uint64_t runs,
+                                                std::uint64_t campaigns = 4);
+
 /// A file's content.
 std::string read_text(const std::filesystem::path& file);
 
