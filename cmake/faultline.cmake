@@ -32,7 +32,8 @@ endmacro()
 # faultline_add_gtest(NAME name SOURCES a.cc b.cc LIBS lib... [TIMEOUT seconds] [RESOURCE_LOCK lock])
 # One gtest executable, its tests discovered into CTest with a per-test TIMEOUT (and, when given,
 # a RESOURCE_LOCK: tests holding the same lock never run at once). Death tests use the
-# "threadsafe" style (re-exec of the binary), set in faultline::test_main.
+# "threadsafe" style (re-exec of the binary), set in faultline::test_main. Its sources compile
+# FAULTLINE_UNITY_TESTS to a translation unit (see the top-level CMakeLists.txt).
 function(faultline_add_gtest)
   cmake_parse_arguments(arg "" "NAME;TIMEOUT;RESOURCE_LOCK" "SOURCES;LIBS" ${ARGN})
   if(NOT FAULTLINE_TESTS)
@@ -49,6 +50,9 @@ function(faultline_add_gtest)
   # took 15 s at -O0 against 48 s at -O2 here, and what a test measures runs in the libraries it
   # links, which keep the build's flags (no test asserts a time). The last -O wins.
   target_compile_options(${arg_NAME} PRIVATE -O0)
+  if(FAULTLINE_UNITY_TESTS)
+    set_target_properties(${arg_NAME} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${FAULTLINE_UNITY_TESTS})
+  endif()
   set(props TIMEOUT ${arg_TIMEOUT})
   if(arg_RESOURCE_LOCK)
     list(APPEND props RESOURCE_LOCK ${arg_RESOURCE_LOCK})

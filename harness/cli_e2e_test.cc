@@ -23,6 +23,9 @@
 namespace faultline::harness {
 namespace {
 
+using testing::slurp;
+using testing::results_in;
+
 namespace fs = std::filesystem;
 using testing::program;
 using testing::run_faultline;
@@ -40,11 +43,6 @@ std::vector<nlohmann::json> json_lines(const std::string& text) {
   return out;
 }
 
-std::vector<run_record> results(const fs::path& out) {
-  auto r = read_results(out / "results.jsonl");
-  EXPECT_TRUE(r) << r.error().message();
-  return r ? r->records : std::vector<run_record>{};
-}
 
 class cli_e2e : public ::testing::Test {
  protected:
@@ -56,7 +54,7 @@ class cli_e2e : public ::testing::Test {
 TEST_F(cli_e2e, exec_of_a_passing_program_exits_zero_and_records_every_run) {
   auto r = run_faultline({"exec", "--repeat", "3", "--seed", "40", "--out", out(), "--", program("fl_testdata_pass").string()});
   EXPECT_EQ(r.status, 0) << r.err;
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 3u);
   std::set<std::uint64_t> seeds;
   for (const auto& rec : recs) {
@@ -99,7 +97,7 @@ TEST_F(cli_e2e, exec_json_summary_has_the_contract_fields_and_a_replay_line) {
   EXPECT_NE(repro.find("faultline exec --seed 7 --repeat 1"), std::string::npos) << repro;
   EXPECT_NE(repro.find(program("fl_testdata_fail").string()), std::string::npos) << repro;
 
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 2u);
   EXPECT_EQ(recs[0].result, outcome::fail);
   EXPECT_EQ(recs[0].exit_code, 3);
@@ -112,7 +110,7 @@ TEST_F(cli_e2e, exec_preloads_the_agent_so_an_exit_crash_is_an_exit_phase_crash)
   auto r = run_faultline({"exec", "--json", "--crash-capture", "inside", "--out", out(), "--",
                           program("fl_testdata_exit_crash").string()});
   EXPECT_EQ(r.status, 1);
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].result, outcome::crash);
   EXPECT_EQ(recs[0].when, phase::exit);
@@ -121,7 +119,7 @@ TEST_F(cli_e2e, exec_preloads_the_agent_so_an_exit_crash_is_an_exit_phase_crash)
   // --no-preload: still a crash, but nothing can tell the phase.
   auto r2 = run_faultline({"exec", "--no-preload", "--out", out() + "2", "--", program("fl_testdata_exit_crash").string()});
   EXPECT_EQ(r2.status, 1);
-  auto recs2 = results(out() + "2");
+  auto recs2 = results_in(out() + "2");
   ASSERT_EQ(recs2.size(), 1u);
   EXPECT_EQ(recs2[0].result, outcome::crash);
   EXPECT_EQ(recs2[0].when, phase::run);
@@ -130,7 +128,7 @@ TEST_F(cli_e2e, exec_preloads_the_agent_so_an_exit_crash_is_an_exit_phase_crash)
 TEST_F(cli_e2e, exec_records_a_hang_with_its_stack_dump) {
   auto r = run_faultline({"exec", "--timeout", "2s", "--out", out(), "--", program("fl_testdata_hang_grandchild").string()});
   EXPECT_EQ(r.status, 1);
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].result, outcome::hang);
   ASSERT_FALSE(recs[0].stacks.empty());
@@ -146,7 +144,7 @@ TEST_F(cli_e2e, a_hang_under_the_agent_is_never_named_by_faultlines_own_frames) 
   if (!gdb_available()) GTEST_SKIP() << "gdb is not on PATH";
   auto r = run_faultline({"exec", "--timeout", "1s", "--stacks", "gdb", "--out", out(), "--", "sh", "-c", "sleep 77"});
   EXPECT_EQ(r.status, 1) << r.err;
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].result, outcome::hang);
   EXPECT_EQ(recs[0].signature.rfind("hang: ", 0), 0u) << recs[0].signature;
@@ -159,7 +157,7 @@ TEST_F(cli_e2e, exec_passes_env_and_faults_to_the_run) {
   auto r = run_faultline({"exec", "--no-preload", "--env", "FAKE_ECHO=hello", "--faults", "x/y=off", "--seed", "5", "--out", out(), "--",
                           program("faultline-fake-scenarios").string(), "run", "fake/behave"});
   EXPECT_EQ(r.status, 0) << r.err;
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_TRUE(recs[0].injected);
   EXPECT_EQ(recs[0].faults, "x/y=off");
@@ -199,7 +197,7 @@ TEST_F(cli_e2e, run_selects_by_pattern_and_rejects_unknown_names) {
   EXPECT_EQ(lines[0]["runs"], 2);
   EXPECT_TRUE(lines[0]["repro"].is_null());
   // Runs are numbered round-robin over the scenarios.
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 4u);
   EXPECT_EQ(recs[0].name, "fake/counter");
   EXPECT_EQ(recs[1].name, "fake/behave");
@@ -244,7 +242,7 @@ TEST_F(cli_e2e, a_scenario_crash_is_read_from_its_core_in_its_own_run_directory)
   EXPECT_EQ(sig.rfind("SIGSEGV: ", 0), 0u) << sig;
   // The record, and the summary's signature, point to the stacks read from the core and show
   // the top frames.
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].stacks, "runs/" + recs[0].run_id + "/crash-stacks.txt");
   EXPECT_TRUE(fs::is_regular_file(fs::path(out()) / recs[0].stacks));
@@ -262,7 +260,7 @@ TEST_F(cli_e2e, with_core_capture_runs_dump_only_anonymous_private_memory) {
                             "cat /proc/self/coredump_filter; exit 1"},
                            env);
     EXPECT_EQ(r.status, 1) << r.err;
-    auto recs = results(out());
+    auto recs = results_in(out());
     if (recs.size() != 1) return std::string("no record: ") + r.err;
     std::ifstream log(fs::path(out()) / recs[0].log);
     std::string first;
@@ -282,7 +280,7 @@ TEST_F(cli_e2e, late_cuda_makes_the_agent_the_cuda_injection_library_only_when_a
     for (std::string w : {"--", "/bin/sh", "-c", "echo \"[$CUDA_INJECTION64_PATH]\"; exit 1"}) args.push_back(w);
     auto r = run_faultline(args, env);
     EXPECT_EQ(r.status, 1) << r.err;
-    auto recs = results(out());
+    auto recs = results_in(out());
     if (recs.size() != 1) return std::string("no record: ") + r.err;
     std::ifstream log(fs::path(out()) / recs[0].log);
     std::string first;
@@ -337,7 +335,7 @@ TEST_F(cli_e2e, shards_split_the_runs_between_them_exactly_once) {
     std::string o = out() + "-" + std::string(1, s[0]);
     auto r = run_faultline({"run", "--all", "--repeat", "4", "--seed", "1", "--shard", s, "--out", o}, fake_env());
     EXPECT_EQ(r.status, 0) << r.err;
-    for (const auto& rec : results(o)) {
+    for (const auto& rec : results_in(o)) {
       EXPECT_EQ(rec.run % 3, static_cast<std::uint64_t>(s[0] - '0'));
       runs.insert(rec.run);
     }
@@ -354,7 +352,7 @@ TEST_F(cli_e2e, gtest_shard_variables_shard_the_runs_and_are_not_passed_on) {
   env["GTEST_SHARD_STATUS_FILE"] = (dir_.path() / "shard-status").string();
   auto r = run_faultline({"run", "fake/behave", "--repeat", "4", "--out", out()}, env);
   EXPECT_EQ(r.status, 0) << r.err;
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 2u);
   EXPECT_EQ(recs[0].run, 1u);
   EXPECT_EQ(recs[1].run, 3u);
@@ -418,7 +416,7 @@ std::vector<pid_t> processes_running(const std::string& needle) {
 TEST_F(cli_e2e, concurrent_runs_attribute_each_leak_to_its_own_run) {
   auto r = run_faultline({"exec", "--jobs", "3", "--repeat", "6", "--out", out(), "--", program("fl_testdata_leak_child").string()});
   EXPECT_EQ(r.status, 1);
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 6u);
   std::set<int> pids;
   for (const auto& rec : recs) {
@@ -434,7 +432,7 @@ TEST_F(cli_e2e, concurrent_hangs_are_all_killed) {
   auto r = run_faultline({"exec", "--jobs", "4", "--repeat", "4", "--timeout", "1s", "--no-stacks", "--out", out(), "--",
                           "/bin/sh", "-c", "sleep 302.25 & sleep 302.25"});
   EXPECT_EQ(r.status, 1);
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 4u);
   for (const auto& rec : recs) EXPECT_EQ(rec.result, outcome::hang);
   EXPECT_EQ(processes_running("302.25"), std::vector<pid_t>{});

@@ -29,6 +29,8 @@
 namespace faultline::harness {
 namespace {
 
+using testing::slurp;
+
 using testing::program;
 using testing::run_faultline;
 using testing::scratch_dir;
@@ -91,10 +93,6 @@ TEST(crash_capture, a_signature_names_the_workers_function_without_debug_info) {
 // The exit-time writes of the race programs (race_common.h), through `faultline exec` with the
 // amplifier, every log kept.
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 std::size_t count_of(const std::string& text, const std::string& what) {
   std::size_t n = 0;

@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 using harness::outcome;
 using testing::operator+;
 
-const std::string fake_plotly = "var Plotly = {newPlot: function () {}};";
+const std::string stand_in_plotly = "var Plotly = {newPlot: function () {}};";
 
 struct outputs {
   std::ostringstream out, err;
@@ -31,7 +31,7 @@ struct commands : ::testing::Test {
 
   void SetUp() override {
     plotly = dir.path() / "plotly.js";
-    std::ofstream(plotly) << fake_plotly;
+    std::ofstream(plotly) << stand_in_plotly;
     testing::write_results(dir.path() / "run", testing::runs("exit/a", 100, 1, outcome::crash, "SIGSEGV: f") +
                                                    testing::runs("exit/b", 100, 0, outcome::pass, "", 1000));
   }
@@ -58,7 +58,7 @@ TEST_F(commands, report_writes_every_report_and_says_where) {
                               "; 1 did not meet its expectation"),
             std::string::npos)
       << io.out.str();
-  EXPECT_NE(testing::read_text(o.html).find(detail::base64(detail::gzip(fake_plotly))), std::string::npos);
+  EXPECT_NE(testing::read_text(o.html).find(detail::base64(detail::gzip(stand_in_plotly))), std::string::npos);
   EXPECT_EQ(testing::read_text(o.junit).rfind("<?xml", 0), 0u);
   EXPECT_EQ(testing::read_text(o.markdown).rfind("## faultline: ", 0), 0u);
   for (const auto& e : fs::directory_iterator(dir.path() / "r"))

@@ -24,8 +24,7 @@ namespace faultline::core::alloc {
 namespace {
 
 using testing::test_upstream;
-
-device::backend& dev() { return device::current(); }
+using testing::dev;
 
 TEST(statistics_adaptor, counts_current_peak_and_total_exactly) {
   test_upstream upstream(dev());

@@ -21,6 +21,10 @@
 
 namespace faultline::core::alloc::testing {
 
+/// The process's current device backend (what the allocators under test draw from).
+inline device::backend& dev() { return device::current(); }
+
+
 /// Whether fault and bug points are compiled in (FAULTLINE_FAULTS); tests that arm one skip
 /// without them.
 #if defined(FAULTLINE_FAULTS_ENABLED) && FAULTLINE_FAULTS_ENABLED

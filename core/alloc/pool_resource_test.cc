@@ -62,11 +62,10 @@ using testing::recorded_call;
 using testing::recording_backend;
 using testing::seeded_rng;
 using testing::test_upstream;
+using testing::dev;
 
 constexpr std::size_t kib = 1024;
 constexpr std::size_t mib = 1024 * 1024;
-
-device::backend& dev() { return device::current(); }
 
 pool_options options_with(std::size_t initial, std::size_t maximum = 0) {
   pool_options o;

@@ -32,15 +32,13 @@
 namespace faultline::harness {
 namespace {
 
+using testing::slurp;
+using testing::results_in;
+
 namespace fs = std::filesystem;
 using testing::program;
 using testing::run_faultline;
 
-std::vector<run_record> results(const fs::path& out) {
-  auto r = read_results(out / "results.jsonl");
-  EXPECT_TRUE(r) << r.error().message();
-  return r ? r->records : std::vector<run_record>{};
-}
 
 // Every regular file under `dir`, relative to it.
 std::set<std::string> files_under(const fs::path& dir) {
@@ -57,10 +55,6 @@ std::set<std::string> entries_of(const fs::path& dir) {
   return out;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 nlohmann::json only_json_line(const std::string& text) {
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
@@ -81,7 +75,7 @@ TEST_F(campaign_e2e, two_hundred_passing_runs_leave_only_the_first_three_passes_
                           program("fl_testdata_pass").string()},
                          {}, std::chrono::seconds(280));
   ASSERT_EQ(r.status, 0) << r.err;
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 200u);
   std::set<std::string> expected = {"results.jsonl", "campaign.json"};
   std::set<std::string> kept_runs, kept_logs;
@@ -115,7 +109,7 @@ TEST_F(campaign_e2e, keep_chooses_which_runs_keep_their_files_and_failures_alway
     args.insert(args.end(), odd_seeds_fail.begin(), odd_seeds_fail.end());
     auto r = run_faultline(args);
     EXPECT_EQ(r.status, 1) << keep << ": " << r.err;
-    auto recs = results(o);
+    auto recs = results_in(o);
     ASSERT_EQ(recs.size(), 10u) << keep;
     std::size_t logs = 0;
     for (const auto& rec : recs) {
@@ -141,7 +135,7 @@ TEST_F(campaign_e2e, absurd_jobs_are_a_usage_error_and_large_ones_are_clamped_to
 
   auto many = run_faultline({"exec", "--no-preload", "--jobs", "1024", "--repeat", "3", "--out", out().string(), "--", "true"});
   EXPECT_EQ(many.status, 0) << many.err;
-  EXPECT_EQ(results(out()).size(), 3u);
+  EXPECT_EQ(results_in(out()).size(), 3u);
 }
 
 campaign_options true_campaign(const fs::path& out, std::uint64_t repeat, unsigned jobs) {
@@ -202,7 +196,7 @@ TEST_F(campaign_e2e, runs_start_only_while_their_declared_slots_fit_in_jobs) {
   EXPECT_LE(most, 4) << "runs in flight held more slots than --jobs 4";
   EXPECT_GE(most, 2) << "no two runs ever overlapped: the slots serialised the campaign";
   // Every run passed: the probes themselves worked.
-  for (const auto& rec : results(out())) EXPECT_EQ(rec.result, outcome::pass) << rec.run_id;
+  for (const auto& rec : results_in(out())) EXPECT_EQ(rec.result, outcome::pass) << rec.run_id;
 }
 
 // Without declared slots the same probes overlap past 4: the test above can fail.
@@ -242,7 +236,7 @@ TEST_F(campaign_e2e, runs_crashing_together_in_one_directory_each_keep_their_cor
                          program("fl_testdata_crash_together").string() + " " + std::to_string(at_ms) + " 100"},
                     std::chrono::seconds(120), current_environment(), true);
   ASSERT_TRUE(r) << r.error().message();
-  const auto records = results(out());
+  const auto records = results_in(out());
   ASSERT_EQ(records.size(), 4u) << r->errors;
   int named = 0;
   for (const auto& rec : records) {
@@ -293,7 +287,7 @@ TEST_F(campaign_e2e, a_thread_that_cannot_start_is_a_warning_and_every_run_still
   ASSERT_EQ(r->warnings.size(), 1u);
   EXPECT_NE(r->warnings[0].find("could start only 1 of 4 runs at once"), std::string::npos) << r->warnings[0];
   EXPECT_EQ(told, r->warnings);
-  EXPECT_EQ(results(out()).size(), 4u);
+  EXPECT_EQ(results_in(out()).size(), 4u);
   ASSERT_EQ(r->summaries.size(), 1u);
   EXPECT_EQ(r->summaries[0].runs, 4u);
 }
@@ -326,7 +320,7 @@ TEST_F(campaign_e2e, resume_after_a_torn_line_counts_every_run_once) {
   const std::string text = slurp(out() / "results.jsonl");
   EXPECT_EQ(text.rfind(kept, 0), 0u) << "the recorded lines are left as they were";
   EXPECT_EQ(text.find(torn + "{"), std::string::npos) << "the torn line is gone";
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 20u);
   std::map<std::uint64_t, int> times;
   for (const auto& rec : recs) {
@@ -347,7 +341,7 @@ TEST_F(campaign_e2e, resume_after_a_torn_line_counts_every_run_once) {
   EXPECT_EQ(done.status, 0) << done.err;
   EXPECT_EQ(only_json_line(done.out)["runs"], 20);
   EXPECT_NE(done.err.find("20 runs were already recorded, 0 performed now"), std::string::npos) << done.err;
-  EXPECT_EQ(results(out()).size(), 20u);
+  EXPECT_EQ(results_in(out()).size(), 20u);
 }
 
 TEST_F(campaign_e2e, resume_refuses_a_campaign_with_other_options) {
@@ -461,7 +455,7 @@ TEST_F(campaign_e2e, an_out_holding_a_campaign_is_refused_unless_resume_or_repla
                           out().string(), "--", "true"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("replaced the earlier campaign in " + out().string()), std::string::npos) << r.err;
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 3u);
   for (const auto& rec : recs) EXPECT_EQ(rec.faults, "x/y=off");
   EXPECT_TRUE(std::filesystem::is_empty(out() / "runs")) << "the earlier campaign's run directories are gone";
@@ -469,7 +463,7 @@ TEST_F(campaign_e2e, an_out_holding_a_campaign_is_refused_unless_resume_or_repla
   auto again = run_faultline({"exec", "--no-preload", "--repeat", "3", "--faults", "x/y=off", "--resume", "--out",
                               out().string(), "--", "true"});
   EXPECT_EQ(again.status, 0) << again.err;
-  EXPECT_EQ(results(out()).size(), 3u);
+  EXPECT_EQ(results_in(out()).size(), 3u);
 }
 
 // The library refuses as the command does: run_campaign itself never replaces a campaign unasked.
@@ -487,7 +481,7 @@ TEST_F(campaign_e2e, run_campaign_refuses_an_earlier_campaign_without_resume_or_
   o.replace = true;
   auto replaced = run_campaign(o);
   ASSERT_TRUE(replaced) << replaced.error().message();
-  for (const auto& rec : results(out())) EXPECT_GE(rec.seed, 5u);
+  for (const auto& rec : results_in(out())) EXPECT_GE(rec.seed, 5u);
   o.replace = false;
   o.resume = true;
   o.out_dir = out() / "nothing-here";
@@ -511,7 +505,7 @@ TEST_F(campaign_e2e, summary_names_the_fault_points_no_run_reached) {
   auto j = only_json_line(r.out);
   EXPECT_EQ(j["points_never_reached"], nlohmann::json({"c/never"}));
   // Each run's line lists what it reached; read before its (pruned) directory went away.
-  auto recs = results(out());
+  auto recs = results_in(out());
   ASSERT_EQ(recs.size(), 4u);
   for (const auto& rec : recs) {
     EXPECT_TRUE(rec.log.empty());

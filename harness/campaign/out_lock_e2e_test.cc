@@ -34,6 +34,8 @@
 namespace faultline::harness {
 namespace {
 
+using testing::slurp;
+
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using testing::run_faultline;
@@ -43,10 +45,6 @@ std::map<std::string, std::string> fake_env() {
   return {{"FAULTLINE_SCENARIOS", testing::program("faultline-fake-scenarios").string()}};
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 std::vector<run_record> records(const fs::path& out) {
   auto r = read_results(out / "results.jsonl");

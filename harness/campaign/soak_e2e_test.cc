@@ -37,6 +37,7 @@ namespace fs = std::filesystem;
 namespace harness = faultline::harness;
 namespace testing_util = faultline::harness::testing;
 using testing_util::eventually;
+using testing_util::slurp;
 using namespace std::chrono_literals;
 
 const std::vector<std::string> counter_space = {"fake/noise=1..50%delay(1us..1ms)"};
@@ -84,10 +85,6 @@ background_soak start_soak(const std::vector<std::string>& prefix, const std::ve
   return {std::move(*c), out, err};
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // Every record is the run its number says it is (shard `part` of `shards`); numbers are unique.
 void expect_runs_follow_the_seed(const std::vector<harness::run_record>& recs, std::uint64_t seed, std::uint64_t part = 0,

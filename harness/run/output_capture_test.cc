@@ -22,13 +22,11 @@
 namespace faultline::harness {
 namespace {
 
+using testing::slurp;
+
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-std::string slurp(const fs::path& p) {
-  auto text = detail::read_file(p);
-  return text ? *text : std::string();
-}
 
 class output_e2e : public ::testing::Test {
  protected:

@@ -19,6 +19,8 @@
 namespace faultline::harness {
 namespace {
 
+using testing::slurp;
+
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using testing::alive;
@@ -26,10 +28,6 @@ using testing::processes_of_run;
 using testing::program;
 using testing::read_pid_file;
 
-std::string slurp(const fs::path& p) {
-  auto text = detail::read_file(p);
-  return text ? *text : std::string();
-}
 
 class runner_e2e : public ::testing::Test {
  protected:

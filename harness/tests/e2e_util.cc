@@ -105,4 +105,15 @@ std::vector<std::string> read_lines(const fs::path& file) {
   return out;
 }
 
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::vector<run_record> results_in(const fs::path& out) {
+  auto r = read_results(out / "results.jsonl");
+  EXPECT_TRUE(r) << r.error().to_string();
+  return r ? r->records : std::vector<run_record>{};
+}
+
 }  // namespace faultline::harness::testing

@@ -2,6 +2,8 @@
 // `faultline` binary, and checking that no process of a run survived it.
 #pragma once
 
+#include "harness/results/results.h"
+
 #include <sys/types.h>
 
 #include <chrono>
@@ -56,5 +58,11 @@ bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds bou
 
 /// The lines of a file.
 std::vector<std::string> read_lines(const std::filesystem::path& file);
+
+/// A file's whole content ("" when it cannot be read).
+std::string slurp(const std::filesystem::path& file);
+
+/// The records of the campaign in `out` (its results.jsonl); a failure to read them fails the test.
+std::vector<run_record> results_in(const std::filesystem::path& out);
 
 }  // namespace faultline::harness::testing
