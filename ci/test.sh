@@ -8,14 +8,11 @@ cd "$(dirname "$0")/.."
 export FAULTLINE_DEVICE=${FAULTLINE_DEVICE:-sim}
 
 ci/setup.sh build
-(cd build && ctest --output-on-failure --parallel "$(nproc)" --timeout 300)
 
-# The pytest driver (drivers/pytest): its package in a venv of its own, then its tests (they drive
-# build/bin/faultline).
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install -q -e 'drivers/pytest[test]'
-.venv/bin/python -m pytest drivers/pytest/tests -q -p no:cacheprovider
-
+# The sanitizer builds compile at the lowest priority while the tests above them run: CTest and the
+# driver's tests mostly wait (runs' timeouts, hung children), using about a quarter of the two
+# cores, and a niced compiler takes only what they leave (a test keeps the processor whenever it
+# wants it). Each build's log goes to its own file, printed if it fails.
 # Sanitizer pass: unit tests only (the benchmarks and CUDA backend add nothing under ASan here).
 # Several tests prove that a bug re-created by a bug point dies by SIGSEGV; ASan must leave those
 # signals to the process (and to faultline's crash handler) instead of turning them into exit 1.
@@ -24,23 +21,46 @@ ci/setup.sh build
 # ASan pass keeps -g: its end-to-end tests read hung runs' stacks with gdb, which names functions
 # by their scopes only with full debug info). The CUDA backend's GPU tests only skip here.
 san_flags=(-DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" "-DCMAKE_C_FLAGS=-O1 -g1" -DFAULTLINE_BENCHMARKS=OFF -DFAULTLINE_CUDA=OFF)
-ci/setup.sh build-asan -DFAULTLINE_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g" \
-  "-DCMAKE_C_FLAGS=-O1 -g" -DFAULTLINE_BENCHMARKS=OFF -DFAULTLINE_CUDA=OFF
+sanitizer_builds() {
+  nice -n 19 ci/setup.sh build-asan -DFAULTLINE_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g" \
+    "-DCMAKE_C_FLAGS=-O1 -g" -DFAULTLINE_BENCHMARKS=OFF -DFAULTLINE_CUDA=OFF
+  # ThreadSanitizer over the shared accounting (lock, seqlock, slots: threads writing and reading
+  # one region) and the registry (workers, drains, concurrent unregisters); only those test
+  # binaries are built.
+  cmake -S . -B build-tsan -G Ninja -DFAULTLINE_SANITIZE=thread "${san_flags[@]}" >/dev/null
+  nice -n 19 cmake --build build-tsan --target accounting_test registry_test
+  # The region validator under libFuzzer (clang, ASan+UBSan).
+  cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFAULTLINE_FUZZ=ON \
+    -DFAULTLINE_SANITIZE=address,undefined -DFAULTLINE_TESTS=OFF "${san_flags[@]}" >/dev/null
+  nice -n 19 cmake --build build-fuzz --target accounting_fuzz
+}
+mkdir -p build
+sanitizer_builds >build/sanitizer-builds.log 2>&1 &
+san_pid=$!
+san_done() {
+  if ! wait "$san_pid"; then
+    tail -n 60 build/sanitizer-builds.log >&2
+    echo "ci/test.sh: the sanitizer builds failed (build/sanitizer-builds.log)" >&2
+    exit 1
+  fi
+}
+
+(cd build && ctest --output-on-failure --parallel "$(nproc)" --timeout 300)
+
+# The pytest driver (drivers/pytest): its package in a venv of its own, then its tests (they drive
+# build/bin/faultline).
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q -e 'drivers/pytest[test]'
+.venv/bin/python -m pytest drivers/pytest/tests -q -p no:cacheprovider
+
+san_done
 (cd build-asan &&
   ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0 \
   ctest --output-on-failure --parallel "$(nproc)" --timeout 600 -LE no-sanitize)
-# ThreadSanitizer over the shared accounting (lock, seqlock, slots: threads writing and reading one
-# region) and the registry (workers, drains, concurrent unregisters); only those test binaries are
-# built.
-cmake -S . -B build-tsan -G Ninja -DFAULTLINE_SANITIZE=thread "${san_flags[@]}" >/dev/null
-cmake --build build-tsan --target accounting_test registry_test
 TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/accounting_test --gtest_brief=1
 TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/registry_test --gtest_brief=1
 
-# The region validator under libFuzzer (clang, ASan+UBSan) for a bounded time.
-cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFAULTLINE_FUZZ=ON \
-  -DFAULTLINE_SANITIZE=address,undefined -DFAULTLINE_TESTS=OFF "${san_flags[@]}" >/dev/null
-cmake --build build-fuzz --target accounting_fuzz
+# The region validator under libFuzzer for a bounded time.
 mkdir -p build-fuzz/corpus
 build-fuzz/bin/accounting_fuzz -max_total_time=30 -timeout=10 -print_final_stats=1 build-fuzz/corpus 2>&1 | tail -3
 
