@@ -45,12 +45,15 @@ san_done() {
   fi
 }
 
-(cd build && ctest --output-on-failure --parallel "$(nproc)" --timeout 300)
-
-# The pytest driver (drivers/pytest): its package in a venv of its own, then its tests (they drive
-# build/bin/faultline).
+# The pytest driver (drivers/pytest): its package in a venv of its own. It brings py-spy, with
+# which faultline reads a hung Python process's frames: CTest's test of that must find it.
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q -e 'drivers/pytest[test]'
+export FAULTLINE_PY_SPY=$PWD/.venv/bin/py-spy FAULTLINE_REQUIRE_PY_SPY=1
+
+(cd build && ctest --output-on-failure --parallel "$(nproc)" --timeout 300)
+
+# The driver's tests (they drive build/bin/faultline).
 .venv/bin/python -m pytest drivers/pytest/tests -q -p no:cacheprovider
 
 san_done

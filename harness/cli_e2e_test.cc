@@ -152,6 +152,38 @@ TEST_F(cli_e2e, a_hang_under_the_agent_is_never_named_by_faultlines_own_frames) 
     EXPECT_EQ(recs[0].signature.find(own), std::string::npos) << recs[0].signature;
 }
 
+// A hung Python program is named by its Python functions: py-spy reads them (where it is
+// installed; CI sets FAULTLINE_REQUIRE_PY_SPY so that a missing one fails instead of skipping).
+TEST_F(cli_e2e, a_hung_python_program_is_named_by_its_python_frames) {
+  const bool required = std::getenv("FAULTLINE_REQUIRE_PY_SPY") != nullptr;
+  if (!py_spy_program()) {
+    if (required) FAIL() << "py-spy is not installed (pip install py-spy), and FAULTLINE_REQUIRE_PY_SPY is set";
+    GTEST_SKIP() << "py-spy is not installed (pip install py-spy)";
+  }
+  if (!find_program("python3")) GTEST_SKIP() << "python3 is not on PATH";
+  const fs::path script = dir_.path() / "stuck.py";
+  std::ofstream(script) << "import threading, time\n"
+                           "def serve_requests():\n"
+                           "    threading.Event().wait()\n"
+                           "def wait_for_the_child():\n"
+                           "    time.sleep(600)\n"
+                           "threading.Thread(target=serve_requests, daemon=True).start()\n"
+                           "wait_for_the_child()\n";
+  auto r = run_faultline({"exec", "--timeout", "3s", "--out", out(), "--", "python3", script.string()});
+  EXPECT_EQ(r.status, 1) << r.err;
+  auto recs = results_in(out());
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].result, outcome::hang);
+  EXPECT_EQ(recs[0].signature, "hang: serve_requests | wait_for_the_child") << r.out;
+  ASSERT_FALSE(recs[0].stacks.empty());
+  const std::string stacks = slurp(fs::path(out()) / recs[0].stacks);
+  EXPECT_NE(stacks.find(" via py-spy ===\nThread "), std::string::npos) << stacks;
+  EXPECT_NE(stacks.find("    wait_for_the_child (" + script.string() + ":5)"), std::string::npos) << stacks;
+  // The frames shown are the Python ones too.
+  ASSERT_FALSE(recs[0].frames.empty());
+  EXPECT_EQ(recs[0].frames[0].rfind("wait_for_the_child", 0), 0u) << recs[0].frames[0];
+}
+
 TEST_F(cli_e2e, exec_passes_env_and_faults_to_the_run) {
   // --no-preload: the fixture needs no agent (and a sanitizer build of it refuses one).
   auto r = run_faultline({"exec", "--no-preload", "--env", "FAKE_ECHO=hello", "--faults", "x/y=off", "--seed", "5", "--out", out(), "--",

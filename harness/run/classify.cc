@@ -226,13 +226,14 @@ void place_in_modules(std::vector<thread_stack>& threads, std::size_t first, con
   }
 }
 
-enum class section_format { unknown, gdb, eu_stack, agent, proc };
+enum class section_format { unknown, gdb, eu_stack, agent, proc, py_spy };
 
 section_format format_named(std::string_view method) {
   if (method == "gdb") return section_format::gdb;
   if (method == "eu-stack" || method == "libdwfl") return section_format::eu_stack;  // dwfl_stacks.h
   if (method == "agent") return section_format::agent;
   if (method == "proc") return section_format::proc;
+  if (method == "py-spy") return section_format::py_spy;
   return section_format::unknown;
 }
 
@@ -262,12 +263,36 @@ std::optional<section_head> parse_section_head(std::string_view l) {
   return h;
 }
 
+// py-spy (`py-spy dump --full-filenames`): "    wait_for_child (/srv/t/test_ipc.py:12)" under
+// "Thread 1001 (idle): "MainThread"". The module is the source file.
+std::optional<frame> parse_py_spy_frame(std::string_view l) {
+  if (!starts_with(l, "    ")) return std::nullopt;
+  l = trim(l);
+  auto open = l.rfind(" (");
+  if (open == std::string_view::npos || open == 0 || !ends_with(l, ")")) return std::nullopt;
+  frame f;
+  f.function = std::string(l.substr(0, open));
+  std::string_view where = l.substr(open + 2, l.size() - open - 3);
+  f.module = std::string(where.substr(0, where.rfind(':')));
+  return f;
+}
+
 // gdb: "Thread 2 (Thread 0x7f01 (LWP 1001) "worker"):", or "(LWP 1001)" alone from a core, or
 // "(process 1000)" for a process gdb saw no threads in.
 pid_t gdb_thread_id(std::string_view l) {
   if (auto lwp = l.find("(LWP "); lwp != std::string_view::npos) return leading_int(l.substr(lwp + 5));
   if (auto proc = l.find("(process "); proc != std::string_view::npos) return leading_int(l.substr(proc + 9));
   return 0;
+}
+
+// A Python source file of the interpreter's own library (".../lib/python3.11/threading.py"),
+// not of a package installed beside it: py-spy's frames of the runtime, as libc's are gdb's.
+bool python_library(std::string_view module) {
+  if (!ends_with(module, ".py")) return false;
+  auto lib = module.find("/lib/python");
+  if (lib == std::string_view::npos) return false;
+  std::string_view rest = module.substr(lib);
+  return rest.find("/site-packages/") == std::string_view::npos && rest.find("/dist-packages/") == std::string_view::npos;
 }
 
 bool system_module(std::string_view module) {
@@ -279,7 +304,7 @@ bool system_module(std::string_view module) {
   std::string_view mod = basename(module);
   for (std::string_view p : prefixes)
     if (starts_with(mod, p)) return true;
-  return faultline_module(module);
+  return python_library(module) || faultline_module(module);
 }
 
 // The C library's calls that a blocked or starting thread sits in, for frames without a module:
@@ -547,6 +572,14 @@ std::vector<thread_stack> parse_stacks(std::string_view stacks_text) {
         if (starts_with(l, "thread ")) open_thread(leading_int(l.substr(7)));
         else f = parse_agent_frame(l);
         break;
+      case section_format::py_spy:
+        if (starts_with(l, "Thread ")) {
+          open_thread(leading_int(l.substr(7)));
+          out.back().python = true;
+        } else {
+          f = parse_py_spy_frame(l);
+        }
+        break;
       case section_format::unknown:
         break;
     }
@@ -604,6 +637,19 @@ std::vector<std::string> top_frame_lines(const std::vector<frame>& frames, std::
   return out;
 }
 
+namespace {
+
+// The processes whose Python frames were read: they are named by those, not by the
+// interpreter's C frames.
+std::set<pid_t> python_processes(const std::vector<thread_stack>& threads) {
+  std::set<pid_t> out;
+  for (const auto& t : threads)
+    if (t.python) out.insert(t.pid);
+  return out;
+}
+
+}  // namespace
+
 std::string hang_signature(std::string_view stacks_text, std::size_t depth) {
   auto threads = parse_stacks(stacks_text);
   std::vector<std::vector<frame>*> stacks;
@@ -611,8 +657,10 @@ std::string hang_signature(std::string_view stacks_text, std::size_t depth) {
   symbolise_stacks(stacks);
   // A blocked thread's topmost program frame is the call that blocks (a program's own signal
   // handler that deadlocked included: no frame is skipped for being a handler's).
+  const std::set<pid_t> python = python_processes(threads);
   std::set<std::string> where;
   for (const auto& t : threads) {
+    if (!t.python && python.count(t.pid)) continue;
     for (const frame& f : t.frames) {
       if (!meaningful(f)) continue;
       where.insert(label(f));
@@ -790,8 +838,10 @@ classification classify(const run_evidence& e) {
         frames_sig = hang_signature(*text);
         // The stack shown: the first thread blocked in the program's code, else the leader's.
         auto threads = parse_stacks(*text);
+        const std::set<pid_t> python = python_processes(threads);
         std::vector<frame>* shown = nullptr;
         for (auto& t : threads) {
+          if (!t.python && python.count(t.pid)) continue;
           const bool in_program = std::any_of(t.frames.begin(), t.frames.end(), [](const frame& f) { return meaningful(f); });
           if (!shown && ((!frames_sig.empty() && in_program) || (frames_sig.empty() && t.pid == e.leader && t.tid == e.leader)))
             shown = &t.frames;

@@ -89,6 +89,9 @@ struct thread_stack {
   /// The section names this thread as the one that took the fatal signal (a section read from
   /// a core: "=== process PID (core) thread TID via gdb ===").
   bool faulted = false;
+  /// The frames are the Python interpreter's own (a "via py-spy" section: function and source
+  /// file, innermost first), not the machine's.
+  bool python = false;
   std::vector<frame> frames;
 };
 
@@ -97,8 +100,10 @@ struct thread_stack {
 /// 0x.. (LWP TID) "name"):" then "#K  0x.. in f (args) at file:line" / "... from MODULE"),
 /// followed by its `info proc mappings`, which places the frames gdb gave no module in theirs,
 /// eu-stack's output ("PID N - process", "TID N:", "#K  0x.. f - MODULE"; a bare eu-stack
-/// output with no "===" header is read too), the agent's stacks.PID (protocol.h) or /proc's
-/// (threads without frames). A thread listed twice (two agent dumps) appears twice.
+/// output with no "===" header is read too), the agent's stacks.PID (protocol.h), /proc's
+/// (threads without frames) or py-spy's Python frames of an interpreter ("Thread TID (idle):
+/// "name"" then "    function (file.py:line)"; those threads have `python` set). A thread listed
+/// twice (two agent dumps, or its C and its Python frames) appears twice.
 std::vector<thread_stack> parse_stacks(std::string_view stacks_text);
 
 /// Frames of thread `tid` of process `pid` in a stacks.txt (any format parse_stacks reads);

@@ -312,6 +312,42 @@ TEST(hang_signature, names_where_each_thread_blocks) {
   EXPECT_EQ(hang_signature(eu_stack_text), "wait_for_child | worker_loop");
 }
 
+// A hung Python process: gdb sees the interpreter's C frames, py-spy the Python ones. The
+// signature names the Python functions where each thread waits (the interpreter's own library,
+// threading.py, is its runtime), not the interpreter's C code; another process keeps its C frames.
+TEST(hang_signature, names_a_python_process_by_its_python_frames) {
+  const std::string text =
+      "=== process 4000 (python3) ppid 1 pgrp 4000 state S via gdb ===\n"
+      "Thread 1 (Thread 0x7f01 (LWP 4000) \"python3\"):\n"
+      "#0  0x00007f in clock_nanosleep () from /lib/x86_64-linux-gnu/libc.so.6\n"
+      "#1  0x000055 in pysleep () from /usr/bin/python3.11\n"
+      "#2  0x000055 in _PyEval_EvalFrameDefault () from /usr/bin/python3.11\n"
+      "\n"
+      "=== process 4000 (python3) ppid 1 pgrp 4000 state S via py-spy ===\n"
+      "Thread 4000 (idle): \"MainThread\"\n"
+      "    wait_for_the_child (/srv/t/test_ipc.py:12)\n"
+      "    <module> (/srv/t/test_ipc.py:20)\n"
+      "Thread 4001 (idle): \"pool-worker\"\n"
+      "    wait (/usr/lib/python3.11/threading.py:320)\n"
+      "    serve (/srv/venv/lib/python3.11/site-packages/pool/server.py:88)\n"
+      "    Thread.run (/usr/lib/python3.11/threading.py:982)\n"
+      "\n"
+      "=== process 4002 (helper) ppid 4000 pgrp 4000 state S via gdb ===\n"
+      "Thread 1 (Thread 0x7f02 (LWP 4002) \"helper\"):\n"
+      "#0  0x00007f in read () from /lib/x86_64-linux-gnu/libc.so.6\n"
+      "#1  0x000055 in wait_for_parent () from /opt/helper\n";
+  const auto threads = parse_stacks(text);
+  ASSERT_EQ(threads.size(), 4u);
+  EXPECT_FALSE(threads[0].python);
+  EXPECT_TRUE(threads[1].python);
+  EXPECT_EQ(threads[1].tid, 4000);
+  ASSERT_EQ(threads[1].frames.size(), 2u);
+  EXPECT_EQ(threads[1].frames[0].function, "wait_for_the_child");
+  EXPECT_EQ(threads[1].frames[0].module, "/srv/t/test_ipc.py");
+  EXPECT_EQ(threads[2].frames[2].function, "Thread.run");
+  EXPECT_EQ(hang_signature(text), "serve | wait_for_parent | wait_for_the_child");
+}
+
 // An agent dump of a hung pool: main drains a queue, two workers wait for work, a CUDA runtime
 // thread polls, one thread did not answer. P, T and A stand for the pid, the first tid and an
 // address part, which differ from run to run.

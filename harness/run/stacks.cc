@@ -123,6 +123,41 @@ bool catches(pid_t pid, int sig) {
   return sig >= 1 && sig <= 64 && (mask >> (sig - 1)) & 1ULL;
 }
 
+// A Python interpreter: its executable is python* (python3, python3.11), or it maps libpython
+// (an embedding program).
+bool is_python(pid_t pid) {
+  std::error_code ec;
+  const auto exe = fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec);
+  if (!ec && exe.filename().string().rfind("python", 0) == 0) return true;
+  auto maps = detail::read_file("/proc/" + std::to_string(pid) + "/maps", 1 << 22);
+  return maps && maps->find("/libpython") != std::string::npos;
+}
+
+// `py-spy dump`: the Python frames of every thread, from its first "Thread " line on.
+std::optional<std::string> via_py_spy(const fs::path& program, pid_t pid, std::chrono::milliseconds timeout) {
+  auto r = run_tool({program.string(), "dump", "--full-filenames", "--pid", std::to_string(pid)}, timeout,
+                    current_environment(), true);
+  if (!r || r->timed_out || !WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0) return std::nullopt;
+  if (r->output.rfind("Thread ", 0) == 0) return r->output;
+  auto at = r->output.find("\nThread ");
+  if (at == std::string::npos) return std::nullopt;
+  return r->output.substr(at + 1);
+}
+
+// Python sections for the interpreters among `procs`, all at once.
+std::map<pid_t, std::string> python_sections(const std::vector<detail::proc_stat>& procs,
+                                             std::chrono::milliseconds timeout) {
+  std::map<pid_t, std::string> out;
+  const auto program = py_spy_program();
+  if (!program) return out;
+  std::vector<std::pair<const detail::proc_stat*, std::future<std::optional<std::string>>>> jobs;
+  for (const auto& p : procs)
+    if (is_python(p.pid)) jobs.emplace_back(&p, std::async(std::launch::async, via_py_spy, *program, p.pid, timeout));
+  for (auto& [p, f] : jobs)
+    if (auto text = f.get()) out[p->pid] = header(*p, "py-spy") + *text;
+  return out;
+}
+
 // Sections for `procs` by the first of `tools` (gdb, eu-stack, libdwfl) that attaches to each; every
 // process in parallel, so a tree of a few processes costs one attach time.
 void capture_outside(const std::vector<detail::proc_stat>& procs, const std::vector<stack_method>& tools,
@@ -150,15 +185,24 @@ void capture_outside(const std::vector<detail::proc_stat>& procs, const std::vec
     if (auto text = f.get()) sections[p->pid] = std::move(*text);
 }
 
-// One section per process, in `procs` order; /proc's view for those without one.
+// One section per process, in `procs` order; /proc's view for those without one; a process's
+// Python section (`python`) after its own.
 core::status write_sections(const std::vector<detail::proc_stat>& procs, const std::map<pid_t, std::string>& sections,
-                            std::optional<faulted_thread> faulted, const fs::path& out) {
+                            std::optional<faulted_thread> faulted, const fs::path& out,
+                            const std::map<pid_t, std::string>& python = {}) {
   std::string text;
+  auto end_section = [&] {
+    if (text.empty() || text.back() != '\n') text += '\n';
+    text += '\n';
+  };
   for (const auto& p : procs) {
     if (auto it = sections.find(p.pid); it != sections.end()) text += it->second;
     else text += header(p, "proc", faulted && faulted->pid == p.pid ? faulted->tid : 0) + via_proc(p.pid);
-    if (text.empty() || text.back() != '\n') text += '\n';
-    text += '\n';
+    end_section();
+    if (auto it = python.find(p.pid); it != python.end()) {
+      text += it->second;
+      end_section();
+    }
   }
   int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return detail::sys_error(errno, "open " + out.string());
@@ -205,6 +249,14 @@ std::optional<fs::path> eu_stack_program() {
   return on_path("eu-stack");
 }
 
+std::optional<fs::path> py_spy_program() {
+  if (const char* named = std::getenv(py_spy_env); named && *named) {
+    std::error_code ec;
+    if (fs::is_regular_file(named, ec) && ::access(named, X_OK) == 0) return fs::path(named);
+  }
+  return on_path("py-spy");
+}
+
 bool outside_capture_available() { return true; }  // libdwfl is linked in
 
 core::status capture_stacks(const std::vector<detail::proc_stat>& procs, const fs::path& run_dir, const fs::path& out,
@@ -246,7 +298,10 @@ core::status capture_stacks(const std::vector<detail::proc_stat>& procs, const f
       });
     }
   }
-  return write_sections(procs, sections, std::nullopt, out);
+  // Python frames come in automatic mode, beside whatever gave the machine frames.
+  std::map<pid_t, std::string> python;
+  if (m == stack_method::automatic) python = python_sections(procs, options.eu_stack_timeout);
+  return write_sections(procs, sections, std::nullopt, out, python);
 }
 
 core::status capture_stacks_outside(const std::vector<detail::proc_stat>& procs, const fs::path& out,

@@ -80,12 +80,22 @@ inline constexpr const char* eu_stack_env = "FAULTLINE_EU_STACK";
 /// may change).
 std::optional<std::filesystem::path> eu_stack_program();
 
+/// Environment variable naming the py-spy executable to use instead of PATH's.
+inline constexpr const char* py_spy_env = "FAULTLINE_PY_SPY";
+
+/// The py-spy to run for Python processes: $FAULTLINE_PY_SPY when it names an executable file,
+/// else `py-spy` on PATH; nullopt when there is none (`pip install py-spy` brings it).
+std::optional<std::filesystem::path> py_spy_program();
+
 /// True when stacks can be captured out of process: always, since libdwfl is linked in (gdb or
 /// eu-stack are preferred where installed).
 bool outside_capture_available();
 
 /// Writes the stacks of `procs` (live processes of one run) to `out`. `run_dir` is where the
-/// agents write stacks.PID. Errors: io_error when `out` cannot be written; a process whose stack
+/// agents write stacks.PID. A Python interpreter's process (its executable named python*, or
+/// libpython mapped) also gets its Python frames, read by py-spy where py_spy_program() finds it,
+/// in a section of its own after its machine frames ("via py-spy": thread by thread, each
+/// function with its source file and line); a hang's signature then names the Python functions. Errors: io_error when `out` cannot be written; a process whose stack
 /// cannot be taken gets a section that says why.
 core::status capture_stacks(const std::vector<detail::proc_stat>& procs, const std::filesystem::path& run_dir,
                             const std::filesystem::path& out, const stack_options& options);
