@@ -13,7 +13,7 @@ the loop's. Targets (issue 16): faultline's overhead <= 0.5 ms per run at --jobs
 --jobs = cores a throughput >= 0.8x the loops'.
 
   ci/overhead.py --build build --runs 2000 --rounds 5 --jobs 1
-  ci/overhead.py --build build --runs 2000 --rounds 5 --jobs 2 --json reports/overhead/cpu2-j2.json
+  ci/overhead.py --build build --runs 2000 --rounds 5 --jobs 2 --json records/overhead/cpu2-j2.json
 
 The program is BUILD/bin/fl_testdata_noop when it exists (main returns 0), else /bin/true.
 Extra faultline options go after `--faultline-args` (e.g. `--faultline-args=--no-preload`).

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The GPU check's record, as Markdown on stdout, from the raw results ci/gpu-check wrote.
 
-    python3 ci/gpu/record.py RAW_DIR > reports/gpu/DATE.md
+    python3 ci/gpu/record.py RAW_DIR > records/gpu/DATE.md
 
 Reads whatever parts RAW_DIR holds (a part whose files are missing reads "not run"):
   machine.txt                   GPU, driver, CPU, kernel, date, commit (the header)

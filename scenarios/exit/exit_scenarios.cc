@@ -170,7 +170,7 @@ void thread_in_flight(context& ctx) {
 //   as leaked (bytes_leaked_on_reset > 0), stale frees dropped (nothing of the old context left
 //   live or free in the pool's books); invariants hold; no device call after teardown.
 // Bug point bug/alloc/no-epoch-guard: the pool uses its old events and streams after the reset:
-//   a SIGSEGV during the work, every run (the sim). On an H100 (reports/gpu/2026-11-24.md) it is
+//   a SIGSEGV during the work, every run (the sim). On an H100 (records/gpu/2026-11-24.md) it is
 //   detected in every run too, but not always as a crash: 7 of 10 died in cudaEventRecord or
 //   cudaEventDestroy on a stale event, 3 failed allocation-after-reset (the driver answered the
 //   stale handle with an error, which the pool passed on, rather than faulting).

@@ -278,7 +278,7 @@ class cuda_backend final : public backend {
   // recreates a context and the release destroys it again. cuDeviceGet's answer is kept too
   // (ordinals do not change within a process). Measured on an H100 (driver 580): the
   // five-call query cost ~140 ns, ~650 ns a call with four threads at it; cuCtxGetId alone
-  // ~17 ns, and four threads do not slow it (reports/gpu/epoch).
+  // ~17 ns, and four threads do not slow it (records/gpu/epoch).
   // Once teardown has been seen (cudaErrorCudartUnloading anywhere, or the driver answering
   // CUDA_ERROR_DEINITIALIZED, measured after cudart's teardown; the first query after it, with
   // a kept handle, answers the last epoch too, pinned by a death test) the last epoch is

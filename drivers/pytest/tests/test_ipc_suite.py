@@ -7,7 +7,7 @@ and of the child (taken by faultline's agent in the child); the version guarded 
 child helpers fails at once, cleanly. Method: the suite run by an inner pytest (a subprocess, the
 plugin loaded through its entry point), read back from its output and JUnit XML. On a GPU machine,
 IPC_SUITE_DEVICE=cuda runs the same suite over real CUDA IPC (examples/ipc_suite/cuda_ipc.py;
-reports/gpu/raw-2026-11-26-no-point/).
+records/gpu/raw-2026-11-26-no-point/).
 """
 
 import os
