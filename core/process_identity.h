@@ -1,6 +1,6 @@
 // Who a process is, and whether it is still alive: a pid plus the process's start time, so that a
 // pid reused by a later process is not mistaken for the one recorded (the shared accounting's slot
-// owners, DESIGN.md §3.3; the device IPC registry's importers).
+// owners, DESIGN.md §5.3; the device IPC registry's importers).
 //
 // Every function is async-signal-safe (open/read/close/kill, no allocation): the exit handlers
 // call them.

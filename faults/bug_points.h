@@ -1,6 +1,6 @@
 // The catalog of bug points: every `bug/...` name a component may test with FAULTLINE_BUG.
 //
-// A bug point re-creates one historical bug (DESIGN.md §4). The code under test keeps the fixed
+// A bug point re-creates one historical bug (DESIGN.md §6.5). The code under test keeps the fixed
 // behaviour and, where the bug point fires, takes the old path instead:
 //
 //   if (FAULTLINE_BUG("bug/alloc/no-exit-guard")) { /* pre-fix: free through the device */ }

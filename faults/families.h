@@ -124,7 +124,7 @@ inline constexpr point_family family_table[] = {
      "cuda/<CUDA runtime function> (cuda/cudaFree)"},
     {"cuda/cu", place_set::cuda, basic_actions | bit(action_kind::fail) | bit(action_kind::teardown), filter_kind::none,
      injector::cuda, "cuda/<CUDA driver function> (cuda/cuMemFree_v2)"},
-    // The catalog's own points (DESIGN.md §4), for scenario binaries and programs linking faultline::points.
+    // The catalog's own points (DESIGN.md §6.4), for scenario binaries and programs linking faultline::points.
     {"sim/", place_set::catalog, all_actions, filter_kind::none, injector::engine, "sim/..."},
     {"alloc/", place_set::catalog, all_actions, filter_kind::none, injector::engine, "alloc/..."},
     {"accounting/", place_set::catalog, all_actions, filter_kind::none, injector::engine, "accounting/..."},

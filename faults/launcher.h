@@ -1,5 +1,5 @@
 // The multi-process launcher: starts helper processes of one scenario run, each with its own seed
-// and fault spec, and collects what became of them (DESIGN.md §4, cross-process injectors).
+// and fault spec, and collects what became of them (DESIGN.md §6.6).
 //
 //   faults::generator seeds(run_seed);
 //   faults::launcher workers({"/proc/self/exe", "worker"}, faults::current_spec(), seeds);

@@ -1,4 +1,4 @@
-// What a fault point costs (DESIGN.md §4: "one relaxed load and a predictable branch" while
+// What a fault point costs (DESIGN.md §6.1: "one relaxed load and a predictable branch" while
 // nothing is enabled). Compare BM_point_disabled with BM_no_point (the macro compiled out, in
 // point_bench_compiled_out.cc) and with BM_raw_fiu_fail (what consulting libfiu on every hit
 // would cost); BM_point_enabled_other is the price every point pays while some other point is

@@ -1,5 +1,5 @@
 // A two-party rendezvous that works across threads and processes: what the `pause(name)` action
-// uses to force a race window open (DESIGN.md §4).
+// uses to force a race window open (DESIGN.md §6.6).
 //
 //   // thread A, after its check:        // thread B (or another process), after its removal:
 //   faults::rendezvous("unreg", 5s);     faults::rendezvous("unreg", 5s);

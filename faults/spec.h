@@ -1,4 +1,4 @@
-// The fault-spec grammar (DESIGN.md §4): what a FAULTLINE_FAULTS / --faults string means.
+// The fault-spec grammar (DESIGN.md §6.2): what a FAULTLINE_FAULTS / --faults string means.
 //
 //   spec := item (';' item)*
 //   item := point '=' term ('->' term)*

@@ -1,4 +1,4 @@
-// Goal: the fault-spec grammar accepts exactly what DESIGN.md §4 describes and rejects everything
+// Goal: the fault-spec grammar accepts exactly what DESIGN.md §6.2 describes and rejects everything
 // else with a message that names the 1-based column and what was expected. Method: parse good
 // specs and check every field of the result; parse a table of bad specs and compare the whole
 // message; check that format() is canonical and that parse(format(s)) == s.

@@ -1,5 +1,5 @@
 // The `faultline` command: list, run, exec, verify, region, and report and gate (reports/commands.h)
-// (DESIGN §5, §7). The usage text printed by `faultline --help` and `faultline SUBCOMMAND --help`
+// (DESIGN.md §8, §12). The usage text printed by `faultline --help` and `faultline SUBCOMMAND --help`
 // is the documentation.
 //
 // `run_cli` is the whole program minus process setup (signal handling, the terminal checks),

@@ -1,5 +1,5 @@
 // `faultline region PATH [--repair] [--json]`: inspects a shared accounting region
-// (core/accounting, DESIGN.md §3.3) — its header, every in-use slot with its owner alive or dead,
+// (core/accounting, DESIGN.md §5.3) — its header, every in-use slot with its owner alive or dead,
 // the per-device aggregates against the sum of live slots, who holds the lock — and checks its
 // invariants; with --repair, reclaims dead processes' slots, repairs slots a dead writer left
 // mid-update and recomputes the aggregates, then inspects again. For a person whose node is

@@ -1,4 +1,4 @@
-// The scenario registry: the reproducer catalog's shape (DESIGN.md §6).
+// The scenario registry: the reproducer catalog's shape (DESIGN.md §11).
 //
 // A scenario re-creates one bug class. It is a function that drives the core under faults and
 // checks invariants through its `context`; it is registered with a name `family/name`, a default

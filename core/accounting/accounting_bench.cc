@@ -1,4 +1,4 @@
-// Costs of the shared accounting region (DESIGN.md §3.3), each on its own region file in /dev/shm:
+// Costs of the shared accounting region (DESIGN.md §5.3), each on its own region file in /dev/shm:
 //
 //   charge_release        one uncontended charge + release pair: two seqlock write sections and
 //                         two atomic adds on the aggregate, no lock
@@ -12,7 +12,7 @@
 //                         while its watcher held the lock); counters p50_ns, p99_ns, p99_over_p50
 //   contended_atomic/O    the hardware's floor for the same loop: one fetch_add + fetch_sub pair on
 //                         one shared cache line by this process and O others, no region at all.
-//                         A charge's OOM decision is such an add (DESIGN.md §3.3), so its p99/p50
+//                         A charge's OOM decision is such an add (DESIGN.md §5.3), so its p99/p50
 //                         cannot be lower than this one's on the same machine
 //
 //   accounting_bench --benchmark_filter=charge

@@ -1,4 +1,4 @@
-// The shared accounting region (DESIGN.md §3.3): per-device memory usage of every process on a
+// The shared accounting region (DESIGN.md §5.3): per-device memory usage of every process on a
 // node that uses the same devices, kept in one file mapped by all of them, with per-device limits
 // decided on one aggregate counter.
 //

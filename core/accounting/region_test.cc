@@ -1,4 +1,4 @@
-// The shared accounting region (DESIGN.md §3.3): every bad file is a clear error; limits are
+// The shared accounting region (DESIGN.md §5.3): every bad file is a clear error; limits are
 // decided on the aggregate with counters left exact; concurrent writers and readers never produce
 // or accept a torn slot; a lock holder SIGKILLed inside the critical section is detected by the
 // next locker, which repairs the region; dead processes (including a reused pid) are reclaimed;

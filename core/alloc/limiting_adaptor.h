@@ -4,7 +4,7 @@
 // `byte_account` before forwarding it: the charge is counted first and rolled back when the
 // upstream fails, so the account stays exact even when allocations fail. The account is an
 // interface so the same adaptor can charge a per-adaptor counter (`local_byte_account`, the
-// default) or a region shared by several processes (the shared accounting region, DESIGN §3.3).
+// default) or a region shared by several processes (the shared accounting region, DESIGN.md §5.3).
 // Byte counts are the sizes callers passed.
 //
 //   alloc::limiting_adaptor capped(pool, 64 << 20);      // at most 64 MiB live through `capped`

@@ -28,7 +28,7 @@
 //     them; not when the maximum would leave no room anyway) and grows once more, before it
 //     reports out_of_memory.
 //
-// Survival rules (DESIGN.md §3.1):
+// Survival rules (DESIGN.md §5.1):
 //   - at process exit (process_is_exiting()) the destructor makes no device call: it leaks the
 //     upstream blocks and reports them (bytes_leaked_at_exit(), one "faultline:" stderr line);
 //   - every device call is made inside the allocator's exit guard: after the exit hook ran,

@@ -1,5 +1,5 @@
 // Process-exit safety for the allocator: knowing that exit has begun, and keeping device calls
-// out of a runtime that is being torn down (DESIGN.md §3.1, §9).
+// out of a runtime that is being torn down (DESIGN.md §5.1, §13.2).
 //
 // At exit, atexit handlers and static destructors run in reverse order of registration, and the
 // device runtime registers its own teardown when it first initialises. faultline's exit hook is

@@ -1,4 +1,4 @@
-// A byte_account that charges the shared accounting region (core/accounting, DESIGN.md §3.3):
+// A byte_account that charges the shared accounting region (core/accounting, DESIGN.md §5.3):
 // a limiting_adaptor over it caps what every process on the node allocates on one device, not
 // only this one. The OOM decision is the region's (lock-free add, check against the device's
 // limit, roll back on refusal), the bytes go to this process's slot as `data` (or another kind),

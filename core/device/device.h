@@ -1,4 +1,4 @@
-// The one interface every core component uses to talk to a device (DESIGN.md §2).
+// The one interface every core component uses to talk to a device (DESIGN.md §4.1).
 //
 // Two backends implement it: `sim` (a simulated device in host memory that reproduces the
 // failure semantics of real CUDA, always built) and `cuda` (the CUDA runtime and driver, built
@@ -13,7 +13,7 @@
 //
 // Handles (`stream`, `event`) are opaque and belong to the device context they were created in.
 // Using one after that context was reset is the bug class this project reproduces: the sim makes
-// it a real SIGSEGV, as real CUDA does for events (DESIGN.md §9). Callers that must survive a
+// it a real SIGSEGV, as real CUDA does for events (DESIGN.md §13.2). Callers that must survive a
 // reset compare `context_epoch()` before touching old handles.
 //
 // Every call after runtime teardown returns errc::runtime_unloading and is counted in

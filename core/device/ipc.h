@@ -1,4 +1,4 @@
-// Device memory shared between processes (DESIGN.md §2, the IPC row): a pool whose allocations
+// Device memory shared between processes (DESIGN.md §4.4): a pool whose allocations
 // one process exports as small handles and others import, and a close that waits for the
 // importers, bounded by the caller, and names who still holds a handle.
 //
@@ -17,7 +17,7 @@
 //
 // Why faultline closes by itself. Real CUDA does not wait: cuMemPoolDestroy (and even a primary
 // context reset) returns at once while a child holds an imported pointer, and the child runs on
-// (DESIGN.md §9); CUDA only says the importers must free first. The anchor's multi-hour CI wedge
+// (DESIGN.md §13.2); CUDA only says the importers must free first. The anchor's multi-hour CI wedge
 // came from the close protocol around such a pool while a stuck child still held an import. So
 // this pool keeps the importers in a registry of its own and never frees bytes an importer may
 // still read: close() waits for the importers, bounded by the caller's timeout, and on expiry

@@ -1,4 +1,4 @@
-// The instance registry (DESIGN.md §3.2): instances of a KV-cache offload engine, each with a save
+// The instance registry (DESIGN.md §5.2): instances of a KV-cache offload engine, each with a save
 // and a load worker per device, device buffers referenced by generation-checked handles, a host
 // block store shared by every instance, and leases that pin stored blocks for readers.
 //

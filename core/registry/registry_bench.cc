@@ -1,4 +1,4 @@
-// Costs of the instance registry (DESIGN.md §3.2), on the selected backend (FAULTLINE_DEVICE:
+// Costs of the instance registry (DESIGN.md §5.2), on the selected backend (FAULTLINE_DEVICE:
 // the sim where no GPU answers, the GPU otherwise). Each figure is set beside its baseline taken
 // in the same iteration, so the two always share a machine state:
 //

@@ -1,4 +1,4 @@
-// The instance registry against DESIGN.md §3.2: saves and loads move real bytes and catch a copy
+// The instance registry against DESIGN.md §5.2: saves and loads move real bytes and catch a copy
 // from the wrong memory by checksum; handles are checked against their generation; unregister
 // refuses new work, drains what it accepted, joins within a bound (leaking rather than freeing
 // under a running worker), releases only its own generation, and reports a worker failure after

@@ -40,7 +40,7 @@
 
 namespace faultline::harness {
 
-/// How a run ended (DESIGN §5).
+/// How a run ended (DESIGN.md §9.1).
 enum class outcome { pass, fail, crash, hang, leak, error };
 
 /// Whether a failure happened during the work or at process exit.

@@ -1,4 +1,4 @@
-// Turning what the runner saw into an outcome, a phase and a signature (DESIGN §5).
+// Turning what the runner saw into an outcome, a phase and a signature (DESIGN.md §9).
 //
 // The runner records the evidence (how the leader ended, whether it timed out, what was left
 // behind); the files in the run directory say the rest: crash.PID from the agent's crash

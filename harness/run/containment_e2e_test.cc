@@ -1,4 +1,4 @@
-// Containment (DESIGN §5): a run's whole tree dies with the run, and with the harness however the
+// Containment (DESIGN.md §8.3): a run's whole tree dies with the run, and with the harness however the
 // harness dies. Method: each containment this kernel allows is forced in turn — in process
 // through spawn_contained, and end to end through FAULTLINE_CONTAINMENT — over real programs
 // whose descendants escape a process-group kill (setsid, double fork, a cleared environment).

@@ -1,4 +1,4 @@
-// Crash stacks from the kernel's core dump: the faithful way to see a crash (DESIGN §5, Fidelity).
+// Crash stacks from the kernel's core dump: the faithful way to see a crash (DESIGN.md §8.2).
 //
 // Any handler for SIGSEGV inside the crashing process changes the race it is meant to report:
 // while the kernel sets up the handler's frame, the main thread may finish exit() and the

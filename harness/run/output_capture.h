@@ -1,5 +1,5 @@
 // A run's output, captured as CI runners capture it: through a pipe that the harness drains at
-// once (DESIGN §5, Output).
+// once (DESIGN.md §8.2).
 //
 // Where a program's stdout and stderr go changes how its exit races end: a write to a regular
 // file is slower than one into a pipe, and a program that writes at exit keeps its other threads

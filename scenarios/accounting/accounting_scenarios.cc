@@ -9,7 +9,7 @@
 // processes in at once (HAMi-core #260); the deadline of the timed wait was computed once, so every
 // retry after the first timed out at once; pids were compared without start times; exit handlers
 // took the lock; the utilisation watcher called NVML under it; a writer killed mid-update left a
-// slot odd forever (review of HAMi-core #282). DESIGN.md §3.3 lists the fixed design each of
+// slot odd forever (review of HAMi-core #282). DESIGN.md §5.3 lists the fixed design each of
 // these scenarios holds core/accounting to.
 //
 // Method: every scenario works on its own region file in the run's directory (scratch_region), so
@@ -93,7 +93,7 @@ void register_and_charge(context& ctx, region& r, kind k, std::uint64_t bytes) {
   require(ctx, st.is_ok(), "charge-accepted", st.to_string());
 }
 
-// The region's own invariants read from the file (DESIGN.md §3.3): aggregate == sum of live
+// The region's own invariants read from the file (DESIGN.md §5.3): aggregate == sum of live
 // slots, no slot left odd by a dead writer, every slot consistent, nobody inside the lock.
 void check_region_healthy(context& ctx, const std::string& path, std::size_t expect_slots) {
   auto rep = acct::inspect(path);

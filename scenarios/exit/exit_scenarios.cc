@@ -3,7 +3,7 @@
 // The bug class is RMM #2367: a function-local static map of per-device pools, constructed before
 // the CUDA runtime initialised, so its destructor ran after the runtime's atexit teardown and
 // freed through a dead runtime (cudaErrorCudartUnloading, or a segfault at exit in 60-80% of runs
-// when another thread was still inside a device call). Measured on an H100 (DESIGN.md §9): the
+// when another thread was still inside a device call). Measured on an H100 (DESIGN.md §13.2): the
 // guard that only protects the destructor leaves calls in flight unprotected, and an event used
 // after its primary context was reset is a SIGSEGV every time.
 //

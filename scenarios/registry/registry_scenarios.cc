@@ -1,5 +1,5 @@
 // The registry/ family: unregistering an instance of a KV-cache offload engine while its per-GPU
-// save and load workers still have work (core/registry, DESIGN.md §3.2).
+// save and load workers still have work (core/registry, DESIGN.md §5.2).
 //
 // The bug class is PegaFlow #329: an offload engine's instance owned a save and a load worker per
 // GPU. Its cleanup released the device buffers before unregistering the instance and never waited

@@ -1,4 +1,4 @@
-// The byte layout of a shared accounting region (DESIGN.md §3.3). Private to core/accounting and
+// The byte layout of a shared accounting region (DESIGN.md §5.3). Private to core/accounting and
 // its tests: everything else goes through region.h.
 //
 // A region file is one `header` followed by `max_slots` `slot`s, nothing else:

@@ -1,5 +1,5 @@
 // The cuda device backend: core::device::backend over the CUDA runtime (linked statically),
-// driver entry points found through cudart, and NVML opened at run time. See DESIGN.md §2, §9.
+// driver entry points found through cudart, and NVML opened at run time. See DESIGN.md §4.2, §13.2.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 

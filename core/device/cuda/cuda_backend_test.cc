@@ -1,4 +1,4 @@
-// Tests for the cuda device backend (DESIGN.md §2, §9).
+// Tests for the cuda device backend (DESIGN.md §4.2, §13.2).
 //
 // Goal: the backend keeps device.h's contract on real CUDA — error values carrying CUDA's own
 // names, runtime_unloading counted after cudart's teardown, a context epoch that changes on
@@ -669,7 +669,7 @@ TEST_F(cuda_gpu, a_reset_is_seen_from_a_thread_with_no_current_context) {
   EXPECT_TRUE(pool.check_invariants()) << pool.check_invariants().to_string();
 }
 
-// DESIGN.md §9, refined by measurement on driver 580: cuEventSynchronize on an event whose
+// DESIGN.md §13.2, refined by measurement on driver 580: cuEventSynchronize on an event whose
 // primary context was reset answers CUDA_ERROR_CONTEXT_IS_DESTROYED while no new context
 // exists; it is SIGSEGV once the context has been recreated (next test).
 TEST_F(cuda_gpu, event_synchronize_right_after_a_reset_reports_a_destroyed_context) {
@@ -699,7 +699,7 @@ TEST_F(cuda_gpu, event_synchronize_after_reset_and_recreation_is_sigsegv) {
   EXPECT_EXIT(synchronize_event_of_a_recreated_context(), ::testing::KilledBySignal(SIGSEGV), "");
 }
 
-// The teardown program of DESIGN.md §9, through the backend. Order matters and is why this
+// The teardown program of DESIGN.md §13.2, through the backend. Order matters and is why this
 // runs in its own process: the report hook is registered with atexit and the static holder is
 // constructed before the first CUDA call (whose cuInit registers CUDA's teardown), so both run
 // after the teardown (atexit is LIFO).

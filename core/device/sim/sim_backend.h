@@ -1,4 +1,4 @@
-// Controls specific to the simulated device backend `sim()` (DESIGN.md §2): its options, its
+// Controls specific to the simulated device backend `sim()` (DESIGN.md §4.3): its options, its
 // exit-time teardown on demand, counters, and host functions queued on a stream.
 //
 // The sim is a device in host memory that fails the way real CUDA does. Its first call of any

@@ -1,4 +1,4 @@
-// The sim backend against DESIGN.md §2: lazy initialisation and the atexit order it implies,
+// The sim backend against DESIGN.md §4.3: lazy initialisation and the atexit order it implies,
 // calls after teardown, real SIGSEGVs for stale handles and for calls in flight during teardown,
 // context reset, arena memory (reuse, coalescing, OOM, strict poisoning), streams and events,
 // stream-ordered free, utilisation, the sim's fault points, and its options.

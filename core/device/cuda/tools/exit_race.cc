@@ -1,14 +1,14 @@
-// fl_cuda_exit_race — the second program of DESIGN.md §9: an exit-time SIGSEGV.
+// fl_cuda_exit_race — the second program of DESIGN.md §13.2: an exit-time SIGSEGV.
 //
 // The fl_cuda_static_map program (a function-local static map, constructed before cudart
 // initialises, whose element frees device memory and destroys an event in its destructor) plus
 // a detached thread that loops cudaMalloc/cudaFree. main waits until the loop is going, prints
 // "work done" and returns; exit then runs the CUDA teardown while the thread is inside the
-// runtime. DESIGN.md §9 records SIGSEGV in 18/30 runs on an H100 (driver 580, CUDA 13.0).
+// runtime. DESIGN.md §13.2 records SIGSEGV in 18/30 runs on an H100 (driver 580, CUDA 13.0).
 //
 // --guard adds the usual fix attempt: an atexit handler, registered after CUDA initialises (so
 // it runs before the teardown), sets a flag that makes the map's destructor skip its CUDA calls.
-// It guards the destructor only, not the calls in flight on the thread (§9: 27/30 SIGSEGV).
+// It guards the destructor only, not the calls in flight on the thread (DESIGN.md §13.2: 27/30 SIGSEGV).
 //
 // The rate is set by how much of its time the thread spends inside the runtime; --pause-us
 // sleeps between iterations to lower it. Measured here on an H100 (driver 580.159.04, this

@@ -1,4 +1,4 @@
-// fl_cuda_static_map — the first program of DESIGN.md §9.
+// fl_cuda_static_map — the first program of DESIGN.md §13.2.
 //
 // A function-local static std::map is constructed before the first CUDA call, so its destructor
 // is registered with atexit before CUDA's teardown (registered at the process's first cuInit)
