@@ -5,6 +5,7 @@
 #include "faults/spec.h"
 
 #include <cerrno>
+#include <initializer_list>
 
 #include <gtest/gtest.h>
 
@@ -147,8 +148,19 @@ struct bad_case {
   const char* message;
 };
 
-TEST(spec, rejects_malformed_specs_with_column_and_expectation) {
-  const bad_case cases[] = {
+// Each malformed spec is refused with its column and what was expected there.
+void expect_spec_rejections(std::initializer_list<bad_case> cases) {
+  for (const auto& c : cases) {
+    auto s = parse(c.text);
+    ASSERT_FALSE(s.has_value()) << c.text;
+    EXPECT_EQ(s.code(), core::errc::invalid_argument) << c.text;
+    EXPECT_EQ(s.error().message(), c.message) << "spec: " << c.text;
+  }
+}
+
+// An action that is not one of the grammar's, or none where one must stand.
+TEST(spec, rejects_a_misspelt_or_missing_action) {
+  expect_spec_rejections({
       {"accounting/lock=fial",
        "faults spec: column 17: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
        "found 'fial'"},
@@ -161,10 +173,6 @@ TEST(spec, rejects_malformed_specs_with_column_and_expectation) {
       {"a=fail2",
        "faults spec: column 3: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
        "found 'fail2'"},
-      {"=fail", "faults spec: column 1: expected a point name, found '='"},
-      {"a fail", "faults spec: column 3: expected '=' after point name 'a', found 'fail'"},
-      {"a", "faults spec: column 2: expected '=' after point name 'a', found end of spec"},
-      {"a!=fail", "faults spec: column 2: expected '=' after point name 'a', found '!'"},
       {"a=",
        "faults spec: column 3: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
        "found end of spec"},
@@ -180,8 +188,34 @@ TEST(spec, rejects_malformed_specs_with_column_and_expectation) {
       {"a=3*5%fail",
        "faults spec: column 5: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
        "found '5'"},
+      {"a=fail;b=fial",
+       "faults spec: column 10: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
+       "found 'fial'"},
+  });
+}
+
+// The point name and the '=' after it.
+TEST(spec, rejects_a_missing_point_name_or_equals_sign) {
+  expect_spec_rejections({
+      {"=fail", "faults spec: column 1: expected a point name, found '='"},
+      {"a fail", "faults spec: column 3: expected '=' after point name 'a', found 'fail'"},
+      {"a", "faults spec: column 2: expected '=' after point name 'a', found end of spec"},
+      {"a!=fail", "faults spec: column 2: expected '=' after point name 'a', found '!'"},
+      {"*=fail", "faults spec: column 1: expected a point name, found '*'"},
+  });
+}
+
+// What may follow an item: '->', ';' or the end.
+TEST(spec, rejects_text_after_a_complete_item) {
+  expect_spec_rejections({
       {"a=fail fail", "faults spec: column 8: expected '->', ';' or end of spec, found 'fail'"},
       {"a=fail)", "faults spec: column 7: expected '->', ';' or end of spec, found ')'"},
+  });
+}
+
+// N% and N* before an action.
+TEST(spec, rejects_malformed_probabilities_and_counts) {
+  expect_spec_rejections({
       {"a=5fail", "faults spec: column 4: expected '%' or '*' after the number '5', found 'fail'"},
       {"a=150%fail", "faults spec: column 3: a probability must be at most 100%, found '150%'"},
       {"a=100.5%fail", "faults spec: column 3: a probability must be at most 100%, found '100.5%'"},
@@ -194,12 +228,24 @@ TEST(spec, rejects_malformed_specs_with_column_and_expectation) {
       {"a=99999999999999999999*fail",
        "faults spec: column 3: a count must be a positive integer, found '99999999999999999999'"},
       {"a=5%3fail", "faults spec: column 6: expected '*' after the count '3', found 'fail'"},
+  });
+}
+
+// Actions that take no arguments, and those that must have them.
+TEST(spec, rejects_arguments_where_none_or_some_are_due) {
+  expect_spec_rejections({
       {"a=kill(9)", "faults spec: column 7: 'kill' takes no arguments, found '('"},
       {"a=print ()", "faults spec: column 9: 'print' takes no arguments, found '('"},
       {"a=delay", "faults spec: column 8: expected '(' after 'delay' (usage: delay(50ms)), found end of spec"},
       {"a=pause;b=off",
        "faults spec: column 8: expected '(' after 'pause' (usage: pause(name) or pause(name, 5s)), found ';'"},
       {"a=teardown", "faults spec: column 11: expected '(' after 'teardown' (usage: teardown(0)), found end of spec"},
+  });
+}
+
+// Delay's and pause's durations.
+TEST(spec, rejects_malformed_durations) {
+  expect_spec_rejections({
       {"a=delay(50)",
        "faults spec: column 9: expected a duration like 50ms (a whole number with unit ns, us, ms or s), found '50'"},
       {"a=delay(5min)",
@@ -210,6 +256,15 @@ TEST(spec, rejects_malformed_specs_with_column_and_expectation) {
        "faults spec: column 9: expected a duration like 50ms (a whole number with unit ns, us, ms or s), found 'ms'"},
       {"a=delay(10000000000s)", "faults spec: column 9: a duration must be below 292 years, found '10000000000s'"},
       {"a=delay(50ms", "faults spec: column 13: expected ')' to close 'delay(', found end of spec"},
+      {"a=pause(x, 0s)", "faults spec: column 12: a pause timeout must be positive, found '0s'"},
+      {"a=pause(x,)",
+       "faults spec: column 11: expected a duration like 50ms (a whole number with unit ns, us, ms or s), found ')'"},
+  });
+}
+
+// Fail's code, pause's name and teardown's device.
+TEST(spec, rejects_malformed_failure_codes_rendezvous_names_and_devices) {
+  expect_spec_rejections({
       {"a=fail(EIO", "faults spec: column 11: expected ')' to close 'fail(', found end of spec"},
       {"a=fail(ENOMEN)",
        "faults spec: column 8: expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...) or a positive integer, found 'ENOMEN'"},
@@ -221,19 +276,30 @@ TEST(spec, rejects_malformed_specs_with_column_and_expectation) {
       {"a=pause()", "faults spec: column 9: expected a rendezvous name (letters, digits, '_', '.', '-'), found ')'"},
       {"a=pause(x y)", "faults spec: column 11: expected ')' to close 'pause(', found 'y'"},
       {"a=pause(x/y)", "faults spec: column 10: expected ')' to close 'pause(', found '/'"},
-      {"a=pause(x, 0s)", "faults spec: column 12: a pause timeout must be positive, found '0s'"},
-      {"a=pause(x,)",
-       "faults spec: column 11: expected a duration like 50ms (a whole number with unit ns, us, ms or s), found ')'"},
       {"a=teardown(x)", "faults spec: column 12: expected a device number, or 'device' (the calling thread's current device), found 'x'"},
       {"a=teardown(99999)", "faults spec: column 12: expected a device number, or 'device' (the calling thread's current device), found '99999'"},
+  });
+}
+
+// '*' only at the end of a point name.
+TEST(spec, rejects_a_wildcard_that_does_not_end_the_name) {
+  expect_spec_rejections({
       {"sim/*x=fail", "faults spec: column 6: a wildcard '*' must end the point name, found 'x'"},
       {"sim/**=fail", "faults spec: column 6: a wildcard '*' must end the point name, found '*'"},
-      {"*=fail", "faults spec: column 1: expected a point name, found '*'"},
-      {"a=fail;b=fial",
-       "faults spec: column 10: expected an action (off, fail, delay, pause, kill, abort, teardown, print, stop), "
-       "found 'fial'"},
+  });
+}
+
+// The first naming's column in the message.
+TEST(spec, rejects_a_point_named_twice) {
+  expect_spec_rejections({
       {"a=fail;a=delay(1ms)", "faults spec: column 8: point 'a' is named twice (first at column 1)"},
       {"x/*=off; y=off;x/*=print", "faults spec: column 16: point 'x/*' is named twice (first at column 1)"},
+  });
+}
+
+// Bug points are named exactly.
+TEST(spec, rejects_unknown_bug_points_and_wildcards_over_them) {
+  expect_spec_rejections({
       {"bug/alloc/no-exit-gaurd=print",
        "faults spec: column 1: unknown bug point 'bug/alloc/no-exit-gaurd' (the known ones are listed in "
        "faults/bug_points.h)"},
@@ -241,13 +307,7 @@ TEST(spec, rejects_malformed_specs_with_column_and_expectation) {
       {"b*=print", "faults spec: column 1: wildcard 'b*' covers bug points; name each bug point exactly"},
       {"x=off;bug/alloc/*=print",
        "faults spec: column 7: wildcard 'bug/alloc/*' covers bug points; name each bug point exactly"},
-  };
-  for (const auto& c : cases) {
-    auto s = parse(c.text);
-    ASSERT_FALSE(s.has_value()) << c.text;
-    EXPECT_EQ(s.code(), core::errc::invalid_argument) << c.text;
-    EXPECT_EQ(s.error().message(), c.message) << "spec: " << c.text;
-  }
+  });
 }
 
 TEST(spec, rejects_a_rendezvous_name_longer_than_the_limit) {

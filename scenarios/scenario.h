@@ -50,11 +50,18 @@ struct bug_variant {
 
 class context;
 
+/// A scenario's own outer timeout per run unless it declares another: the deadline of one of
+/// faultline's scenarios, declared to the harness through the catalog (`list --json`). Distinct
+/// from the harness's defaults (harness/detail/defaults.h: 10 min for a command it knows nothing
+/// of, 60 s for a catalog entry that declares none) on purpose: a scenario is short and known, so
+/// a hang is caught early. (scenarios/ may not include the harness: it is defined here.)
+inline constexpr int default_scenario_timeout_ms = 20000;
+
 /// A registered scenario.
 struct scenario {
   std::string name;         ///< "family/name"
   std::string description;  ///< one line: the bug class and where it came from
-  int timeout_ms = 20000;   ///< default outer timeout per run
+  int timeout_ms = default_scenario_timeout_ms;  ///< outer timeout per run
   /// The outer timeout on the cuda backend where it must differ (0: timeout_ms): `list` declares
   /// it when the process would select cuda, so `run`, `verify` and `soak` use the right one.
   int cuda_timeout_ms = 0;

@@ -696,26 +696,27 @@ void after_fork_in_child() {
   append_marker(marker_run);
 }
 
-install_result install_once() noexcept {
-  const char* dir = std::getenv(run_dir_env);
-  if (dir == nullptr || dir[0] == '\0') return {install_status::disabled, 0};
-
+// Records `dir` (made absolute) as the run directory. Returns 0, or the errno why it cannot be.
+int adopt_run_dir(const char* dir) noexcept {
   path_string absolute;
   if (dir[0] != '/') {
     char cwd[PATH_MAX];
-    if (::getcwd(cwd, sizeof(cwd)) == nullptr) return {install_status::failed, errno};
+    if (::getcwd(cwd, sizeof(cwd)) == nullptr) return errno;
     absolute.str(cwd).str("/");
   }
   absolute.str(dir);
   // Room for "/stacks.<pid>" after the directory.
-  if (absolute.overflowed() || absolute.size() + 32 >= sizeof(run_dir_path)) {
-    return {install_status::failed, ENAMETOOLONG};
-  }
+  if (absolute.overflowed() || absolute.size() + 32 >= sizeof(run_dir_path)) return ENAMETOOLONG;
   struct stat st {};
-  if (::stat(absolute.c_str(), &st) != 0) return {install_status::failed, errno};
-  if (!S_ISDIR(st.st_mode)) return {install_status::failed, ENOTDIR};
+  if (::stat(absolute.c_str(), &st) != 0) return errno;
+  if (!S_ISDIR(st.st_mode)) return ENOTDIR;
   std::memcpy(run_dir_path, absolute.c_str(), absolute.size() + 1);
+  return 0;
+}
 
+// The crash reporting the environment asks for: off, minimal, stop (with its channel, a pipe
+// already open; without one, minimal) or, by default, the agent's full report.
+void read_crash_mode() noexcept {
   const char* quiet = std::getenv(quiet_env);
   quiet_mode = quiet != nullptr && std::strcmp(quiet, "1") == 0;
   const char* mode = std::getenv(crash_mode_env);
@@ -737,20 +738,28 @@ install_result install_once() noexcept {
       crash_reporting = crash_mode::minimal;
     }
   }
-  ssize_t exe_chars = ::readlink("/proc/self/exe", exe_path, sizeof(exe_path) - 1);
-  exe_path[exe_chars > 0 ? exe_chars : 0] = '\0';
+}
 
-  // The unwinder, dladdr1 and the demangler are warmed so that any lazy binding or first-use
-  // set-up happens here rather than in a handler.
+// The unwinder, dladdr1 and the demangler are warmed so that any lazy binding or first-use
+// set-up happens here rather than in a handler.
+void warm_up_handlers() noexcept {
   void* warm[4];
   int warm_frames = unwind_frames(warm, 4);
   if (warm_frames > 0) (void)resolve_frame(reinterpret_cast<std::uintptr_t>(warm[0]), false);
 #if FAULTLINE_AGENT_HAVE_DEMANGLER
   demangle_without_malloc("_Z1fv", [](const char*, std::size_t, void*) {}, nullptr);
 #endif
+}
 
-  prepare_thread();  // without an alternate stack the handlers still run, on the thread's stack
+// Puts back the crash handlers' previous actions for the first `count` crash signals.
+void restore_crash_actions(int count) noexcept {
+  for (int i = 0; i < count; ++i) sys::sigaction(crash_signals[i], &previous_actions[i], nullptr);
+}
 
+// Installs the crash handler (unless crash reporting is off) and the stack-dump handler.
+// Returns 0, or the errno of the sigaction that failed, with every handler installed so far
+// taken back.
+int install_signal_handlers() noexcept {
   struct sigaction crash {};
   crash.sa_sigaction = &crash_handler;
   crash.sa_flags = SA_SIGINFO | SA_ONSTACK;
@@ -758,11 +767,12 @@ install_result install_once() noexcept {
   for (int sig : crash_signals) sigaddset(&crash.sa_mask, sig);
   sigaddset(&crash.sa_mask, stack_dump_signal());
   sigaddset(&crash.sa_mask, SIGPIPE);
-  for (int i = 0; i < crash_signal_count && crash_reporting != crash_mode::off; ++i) {
+  const int crash_handled = crash_reporting != crash_mode::off ? crash_signal_count : 0;
+  for (int i = 0; i < crash_handled; ++i) {
     if (sys::sigaction(crash_signals[i], &crash, &previous_actions[i]) != 0) {
       int error = errno;
-      for (int j = 0; j < i; ++j) sys::sigaction(crash_signals[j], &previous_actions[j], nullptr);
-      return {install_status::failed, error};
+      restore_crash_actions(i);
+      return error;
     }
   }
   struct sigaction dump {};
@@ -772,11 +782,22 @@ install_result install_once() noexcept {
   sigemptyset(&dump.sa_mask);
   if (sys::sigaction(stack_dump_signal(), &dump, nullptr) != 0) {
     int error = errno;
-    for (int i = 0; i < crash_signal_count && crash_reporting != crash_mode::off; ++i) {
-      sys::sigaction(crash_signals[i], &previous_actions[i], nullptr);
-    }
-    return {install_status::failed, error};
+    restore_crash_actions(crash_handled);
+    return error;
   }
+  return 0;
+}
+
+install_result install_once() noexcept {
+  const char* dir = std::getenv(run_dir_env);
+  if (dir == nullptr || dir[0] == '\0') return {install_status::disabled, 0};
+  if (int error = adopt_run_dir(dir); error != 0) return {install_status::failed, error};
+  read_crash_mode();
+  ssize_t exe_chars = ::readlink("/proc/self/exe", exe_path, sizeof(exe_path) - 1);
+  exe_path[exe_chars > 0 ? exe_chars : 0] = '\0';
+  warm_up_handlers();
+  prepare_thread();  // without an alternate stack the handlers still run, on the thread's stack
+  if (int error = install_signal_handlers(); error != 0) return {install_status::failed, error};
   ::pthread_atfork(nullptr, nullptr, &after_fork_in_child);
 
   map_phase_table();

@@ -57,6 +57,7 @@
 #include "harness/campaign/out_lock.h"
 #include "harness/results/results.h"
 #include "harness/results/shard.h"
+#include "harness/detail/defaults.h"
 #include "harness/results/summary.h"
 #include "harness/run/runner.h"
 #include "harness/run/stacks.h"
@@ -68,7 +69,7 @@ struct variant {
   std::string name;                      ///< recorded in results ("exit/static-pool", "my_test")
   std::vector<std::string> argv;         ///< the command
   std::string faults;                    ///< FAULTLINE_FAULTS for its runs ("" = none)
-  std::chrono::milliseconds timeout{600'000};
+  std::chrono::milliseconds timeout{default_run_timeout};
   std::vector<std::string> env;          ///< extra "K=V" for its runs
   bool gtest_output = false;             ///< ask gtest programs for RUNDIR/gtest.xml
   bool in_run_dir = false;               ///< runs with RUNDIR as working directory (a scenario:
@@ -78,12 +79,6 @@ struct variant {
   /// Runs still start in run-number order: a wide run waits for room rather than being overtaken.
   unsigned slots = 1;
 };
-
-/// The most runs a campaign performs at once (each is a thread and a process tree).
-inline constexpr unsigned max_jobs = 1024;
-
-/// The first passes of each variant whose files keep_policy::failures keeps.
-inline constexpr std::uint64_t default_kept_passes = 3;
 
 /// Which runs keep their log and run directory once recorded.
 enum class keep_policy {
@@ -100,13 +95,13 @@ std::optional<keep_policy> keep_policy_from_string(std::string_view s) noexcept;
 /// How to run the campaign.
 struct campaign_options {
   std::vector<variant> variants;
-  std::uint64_t repeat = 1;              ///< runs per variant (before sharding)
+  std::uint64_t repeat = default_repeat;  ///< runs per variant (before sharding)
   std::uint64_t seed = 0;                ///< repetition r runs with seed + r
   bool until_fail = false;               ///< start no new run after the first failure
-  unsigned jobs = 1;                     ///< runs at once: 1..max_jobs, lowered to the runs to perform
+  unsigned jobs = default_jobs;          ///< runs at once: 1..max_jobs, lowered to the runs to perform
   shard part;                            ///< which runs this process performs
-  std::filesystem::path out_dir = "faultline-out";
-  std::chrono::milliseconds grace{1'000};
+  std::filesystem::path out_dir = default_campaign_out_dir;
+  std::chrono::milliseconds grace{default_grace};
   std::uint64_t log_limit_bytes = default_log_limit_bytes;  ///< each run's log (output_capture.h)
   stack_options stacks;
   crash_capture crash = crash_capture::automatic;  ///< how crashes in the runs are captured

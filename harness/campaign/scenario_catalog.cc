@@ -29,8 +29,8 @@ core::result<std::vector<scenario_info>> parse_catalog(std::string_view json_tex
       info.name = s.at("name").get<std::string>();
       if (info.name.empty()) return core::status(core::errc::corrupt, "a scenario has an empty name");
       info.description = s.value("description", std::string());
-      auto timeout_ms = s.value("timeout_ms", std::int64_t{60'000});
-      info.timeout = std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 60'000);
+      auto timeout_ms = s.value("timeout_ms", std::int64_t{catalog_fallback_timeout.count()});
+      info.timeout = timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms) : catalog_fallback_timeout;
       const auto slots = s.value("slots", std::int64_t{1});
       if (slots < 1 || slots > static_cast<std::int64_t>(max_jobs))
         return core::status(core::errc::corrupt, info.name + ": slots " + std::to_string(slots) + " is not in 1.." +

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "harness/detail/defaults.h"
 
 namespace faultline::harness {
 
@@ -39,7 +40,7 @@ struct bug_point {
 struct scenario_info {
   std::string name;
   std::string description;
-  std::chrono::milliseconds timeout{60'000};
+  std::chrono::milliseconds timeout{catalog_fallback_timeout};
   /// The share of --jobs one run takes (processes with a device context at once); variant::slots.
   unsigned slots = 1;
   std::vector<bug_point> bug_points;

@@ -87,16 +87,16 @@ struct soak_options {
   std::optional<variant> command;
   std::chrono::milliseconds budget{0};     ///< total time to spend, across resumes
   std::optional<std::uint64_t> seed;       ///< none: the recorded one (resume) or one from the clock
-  unsigned jobs = 1;
+  unsigned jobs = default_jobs;
   shard part;
-  std::filesystem::path out_dir = "faultline-soak";
+  std::filesystem::path out_dir = default_soak_out_dir;
   bool resume = false;                     ///< continue the soak in out_dir (it must hold one)
   bool replace = false;                    ///< clear the soak or campaign in out_dir first (without it
                                            ///< or `resume`, one there is an error)
-  std::chrono::milliseconds report_every{std::chrono::minutes(5)};
+  std::chrono::milliseconds report_every{default_report_every};
   /// A scenario's timeout is its catalog timeout times this (a slower machine, a sanitizer).
   double timeout_scale = 1.0;
-  std::chrono::milliseconds grace{1'000};
+  std::chrono::milliseconds grace{default_grace};
   std::uint64_t log_limit_bytes = default_log_limit_bytes;  ///< each run's log (output_capture.h)
   stack_options stacks;
   crash_capture crash = crash_capture::automatic;

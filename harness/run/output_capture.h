@@ -38,6 +38,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "harness/detail/defaults.h"  // default_log_limit_bytes
 #include "core/status.h"
 
 namespace faultline::harness {
@@ -48,9 +49,6 @@ struct output_stats {
   std::uint64_t bytes_dropped = 0;  ///< cut from the middle of the log (over the limit)
   bool still_open = false;          ///< the pipe was still open when finish's grace ran out
 };
-
-/// Default log limit: head and tail of 2 MiB each.
-inline constexpr std::uint64_t default_log_limit_bytes = std::uint64_t{4} << 20;
 
 /// Output held in memory before the log file is written (see the header).
 inline constexpr std::size_t output_spill_bytes = std::size_t{1} << 20;

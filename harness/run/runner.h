@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/detail/defaults.h"
 #include "harness/run/classify.h"
 #include "harness/run/output_capture.h"
 #include "harness/run/stacks.h"
@@ -80,8 +81,8 @@ struct run_request {
   std::filesystem::path log_path;         ///< stdout+stderr, truncated (through a pipe: output_capture.h)
   std::uint64_t log_limit_bytes = default_log_limit_bytes;  ///< head and tail kept past it (0: no limit)
   std::chrono::milliseconds output_grace{100};  ///< after the tree is gone, for the pipe to close
-  std::chrono::milliseconds timeout{600'000};
-  std::chrono::milliseconds grace{1'000};       ///< between SIGTERM and SIGKILL
+  std::chrono::milliseconds timeout{default_run_timeout};
+  std::chrono::milliseconds grace{default_grace};  ///< between SIGTERM and SIGKILL
   std::chrono::milliseconds leak_settle{200};   ///< survivors get this long to exit on their own
   stack_options stacks;                   ///< how to capture a hang's stacks (method none: skip)
   bool gtest_output = false;              ///< set GTEST_OUTPUT=xml:RUNDIR/gtest.xml unless env has one

@@ -1,0 +1,53 @@
+// The harness's defaults, each defined once: the option structs of every floor (run_request,
+// variant, campaign_options, soak_options, scenario_info) start from these, and the command's
+// --help prints them from here. Header-only and on the bottom floor (detail/, which every floor
+// of the harness may include), so that no floor has to reach up for a default.
+//
+// A scenario's own timeout is not here: scenarios/ may not include the harness, so it is
+// scenarios/scenario.h's default_scenario_timeout_ms, declared to the harness through the
+// catalog (`list --json`).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace faultline::harness {
+
+/// A run's outer timeout when neither --timeout nor a scenario sets one: a user's command (exec,
+/// a command soak), and any run_request or variant built without one. Generous on purpose: an
+/// unknown program gets room; scenarios declare their own, much shorter, deadline.
+inline constexpr std::chrono::milliseconds default_run_timeout = std::chrono::minutes(10);
+
+/// A catalog entry's timeout when the scenario binary's `list --json` declares none (or one that
+/// is not positive). It differs from a scenario's own default (20 s, scenarios/scenario.h) on
+/// purpose: faultline's scenario binary always declares its scenarios' timeouts, so this applies
+/// only to a binary that does not, whose runs are given more room than a deadline tuned for ours.
+inline constexpr std::chrono::milliseconds catalog_fallback_timeout = std::chrono::seconds(60);
+
+/// Between SIGTERM and SIGKILL when a run's tree is ended (--grace).
+inline constexpr std::chrono::milliseconds default_grace = std::chrono::seconds(1);
+
+/// Each run's log (output_capture.h): past it the log keeps a head and a tail of half each.
+inline constexpr std::uint64_t default_log_limit_bytes = std::uint64_t{4} << 20;
+
+/// Runs at once (--jobs), and the most a campaign performs at once (each is a thread and a
+/// process tree).
+inline constexpr unsigned default_jobs = 1;
+inline constexpr unsigned max_jobs = 1024;
+
+/// Runs of each scenario or command (--repeat): run and exec, verify, and with --until-fail.
+inline constexpr std::uint64_t default_repeat = 1;
+inline constexpr std::uint64_t default_verify_repeat = 50;
+inline constexpr std::uint64_t default_until_fail_repeat = 10000;
+
+/// The first passes of each variant whose files keep_policy::failures keeps (--keep).
+inline constexpr std::uint64_t default_kept_passes = 3;
+
+/// How often a soak rewrites OUT/soak.json and its reports (--report-every).
+inline constexpr std::chrono::milliseconds default_report_every = std::chrono::minutes(5);
+
+/// Where a campaign (run, exec, verify) and a soak write (--out).
+inline constexpr const char* default_campaign_out_dir = "faultline-out";
+inline constexpr const char* default_soak_out_dir = "faultline-soak";
+
+}  // namespace faultline::harness
