@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "core/device/device.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::core::device {
 namespace {
