@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 export FAULTLINE_DEVICE=${FAULTLINE_DEVICE:-sim}
 
 ci/setup.sh build
+python3 ci/floors.py  # every #include points down the floors its room's CMakeLists.txt names
 
 # The sanitizer builds compile at the lowest priority while the tests above them run: CTest and the
 # driver's tests mostly wait (runs' timeouts, hung children), using about a quarter of the two
