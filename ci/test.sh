@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 export FAULTLINE_DEVICE=${FAULTLINE_DEVICE:-sim}
 
 ci/setup.sh build
+python3 ci/floors.py  # every #include points down the floors its room's CMakeLists.txt names
 
 # The sanitizer builds compile at the lowest priority while the tests above them run: CTest and the
 # driver's tests mostly wait (runs' timeouts, hung children), using about a quarter of the two
@@ -77,5 +78,5 @@ if [ "$(id -u)" -eq 0 ]; then ci/cluster/slurm/one-node.sh; else sudo -E ci/clus
 # --- end ci/cluster
 
 # The GPU record's generator (ci/gpu/record.py) over real-format fixtures.
-.venv/bin/python -m pytest ci/gpu/tests -q -p no:cacheprovider
+.venv/bin/python -m pytest ci/gpu/tests ci/tests -q -p no:cacheprovider
 echo "ci/test.sh: all tests passed"

@@ -26,8 +26,8 @@
 
 #include "core/host_ids.h"
 #include "faults/detail/actions.h"
-#include "faults/random.h"
-#include "faults/points/point.h"
+#include "core/points/random.h"
+#include "core/points/point.h"
 
 namespace faultline::faults {
 

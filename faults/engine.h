@@ -26,7 +26,7 @@
 // is given). A fixed seed and the same sequence of hits on one thread give the same fires on every
 // run.
 //
-// Points are armed (faults/points/point.h) only while some item is enabled or remote control is
+// Points are armed (core/points/point.h) only while some item is enabled or remote control is
 // on; with nothing enabled a point costs one relaxed load.
 //
 // Thread safety: every function may be called from any thread, also while points are being hit.

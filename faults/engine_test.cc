@@ -24,9 +24,9 @@
 #include <sstream>
 
 #include "core/device/device.h"
-#include "faults/random.h"
-#include "faults/points/point.h"
-#include "faults/testing/child.h"
+#include "core/points/random.h"
+#include "core/points/point.h"
+#include "core/testing/child.h"
 
 namespace faultline::faults {
 namespace {

@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "faults/random.h"
+#include "core/points/random.h"
 
 namespace faultline::faults {
 

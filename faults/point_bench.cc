@@ -9,7 +9,7 @@
 #include <fiu.h>
 
 #include "faults/engine.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::faults {
 namespace {

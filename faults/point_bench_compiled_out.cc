@@ -7,7 +7,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace {
 

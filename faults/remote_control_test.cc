@@ -15,8 +15,8 @@
 #include <gtest/gtest.h>
 
 #include "faults/engine.h"
-#include "faults/points/point.h"
-#include "faults/testing/child.h"
+#include "core/points/point.h"
+#include "core/testing/child.h"
 
 extern char** environ;
 

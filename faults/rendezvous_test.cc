@@ -17,7 +17,7 @@
 
 #include <gtest/gtest.h>
 
-#include "faults/testing/child.h"
+#include "core/testing/child.h"
 
 namespace faultline::faults {
 namespace {

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "harness/detail/sys.h"
+#include "core/file_io.h"
 #include "reports/detail/text.h"
 #include "reports/html.h"
 #include "reports/junit.h"
@@ -76,10 +76,10 @@ core::status write_file(const fs::path& path, const std::string& content) {
   }
   const fs::path tmp = path.string() + ".tmp" + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return harness::detail::sys_error(errno, "open " + tmp.string());
-  auto s = harness::detail::write_all(fd, content, "write " + tmp.string());
-  if (::close(fd) != 0 && s) s = harness::detail::sys_error(errno, "close " + tmp.string());
-  if (s && ::rename(tmp.c_str(), path.c_str()) != 0) s = harness::detail::sys_error(errno, "rename " + tmp.string() + " to " + path.string());
+  if (fd < 0) return core::io::sys_error(errno, "open " + tmp.string());
+  auto s = core::io::write_all(fd, content, "write " + tmp.string());
+  if (::close(fd) != 0 && s) s = core::io::sys_error(errno, "close " + tmp.string());
+  if (s && ::rename(tmp.c_str(), path.c_str()) != 0) s = core::io::sys_error(errno, "rename " + tmp.string() + " to " + path.string());
   if (!s) ::unlink(tmp.c_str());
   return s;
 }

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <set>
 
-#include "harness/detail/sys.h"
+#include "core/file_io.h"
 #include "reports/detail/text.h"
 #include "reports/significance.h"
 
@@ -231,7 +231,7 @@ core::result<baseline> parse_baseline(std::string_view text) {
 core::result<baseline> read_baseline(const std::filesystem::path& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return core::status(core::errc::invalid_argument, "baseline " + path.string() + " is a directory");
-  auto text = harness::detail::read_file(path, 256 << 20);
+  auto text = core::io::read_file(path, 256 << 20);
   if (!text) {
     if (text.code() == core::errc::not_found) return core::status(core::errc::not_found, "baseline " + path.string() + ": no such file");
     return core::status(text.code(), "baseline " + path.string() + ": " + text.error().message());

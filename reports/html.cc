@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "harness/detail/sys.h"
+#include "core/file_io.h"
 #include "reports/detail/pack.h"
 #include "reports/detail/text.h"
 
@@ -211,7 +211,7 @@ core::result<std::string> load_plotly_js(const fs::path& path) {
     return core::status(core::errc::not_found,
                         "plotly.js was not found when faultline was configured (install python3-plotly and reconfigure, or "
                         "give --plotly-js FILE or FAULTLINE_PLOTLY_JS)");
-  auto text = harness::detail::read_file(path, 64 << 20);
+  auto text = core::io::read_file(path, 64 << 20);
   if (!text) {
     if (text.code() == core::errc::not_found)
       return core::status(core::errc::not_found, "plotly.js not found at " + path.string() +

@@ -6,7 +6,7 @@
 #include <system_error>
 #include <unordered_map>
 
-#include "harness/detail/sys.h"
+#include "core/file_io.h"
 #include "reports/detail/text.h"
 
 namespace faultline::reports {
@@ -78,7 +78,7 @@ std::optional<manifest_info> read_manifest_info(const fs::path& dir, std::vector
   const fs::path path = dir / manifest_name;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return std::nullopt;
-  auto text = harness::detail::read_file(path, 16 << 20);
+  auto text = core::io::read_file(path, 16 << 20);
   std::string why;
   if (text) {
     try {
@@ -229,14 +229,14 @@ bool plants_bug_point(std::string_view faults) {
 
 std::string repro_command(const run_record& r) {
   std::string flags = " --seed " + std::to_string(r.seed) + " --repeat 1";
-  if (!r.faults.empty()) flags += " --faults " + harness::detail::shell_quote(r.faults);
+  if (!r.faults.empty()) flags += " --faults " + core::io::shell_quote(r.faults);
   // A scenario's runs are the scenario binary's `run NAME`, under the scenario's name (verify's
   // bug variants add "@POINT").
   const auto& c = r.command;
   if (c.size() == 3 && c[1] == "run" && (r.name == c[2] || r.name.rfind(c[2] + "@", 0) == 0))
-    return "faultline run " + harness::detail::shell_quote(c[2]) + flags;
+    return "faultline run " + core::io::shell_quote(c[2]) + flags;
   if (c.empty()) return "";
-  return "faultline exec" + flags + " -- " + harness::detail::shell_join(c);
+  return "faultline exec" + flags + " -- " + core::io::shell_join(c);
 }
 
 bool report_model::ok() const { return failed_variants() == 0; }

@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "faults/random.h"
+#include "core/points/random.h"
 
 namespace faultline::scenarios {
 
@@ -78,7 +78,7 @@ struct scenario {
   std::vector<std::string> fault_space = {};
 };
 
-/// The run's seeded generator: faultline's one splitmix64 (see faults/random.h).
+/// The run's seeded generator: faultline's one splitmix64 (see core/points/random.h).
 using rng = faults::generator;
 
 /// What a running scenario sees: its seed, generator, and invariant checks.

@@ -23,7 +23,7 @@
 #include "core/accounting/detail/layout.h"
 #include "core/accounting/detail/region_internal.h"
 #include "core/process_identity.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::accounting {
 

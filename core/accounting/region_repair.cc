@@ -10,7 +10,7 @@
 #include "core/accounting/detail/region_internal.h"
 #include "core/accounting/region.h"
 #include "core/process_identity.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::accounting {
 

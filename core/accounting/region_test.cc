@@ -5,7 +5,7 @@
 // the exit handler frees the slot on SIGTERM. Method: each test works on its own region file in
 // /dev/shm; processes that must die are re-execs of this binary running one DISABLED_ child test
 // selected by FAULTLINE_ACCT_CHILD, killed or signalled by the parent. Fault points are armed with
-// a tiny local hook (faults/points), and bug points prove the checks fail when the fix is off.
+// a tiny local hook (core/points), and bug points prove the checks fail when the fix is off.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -30,8 +30,8 @@
 #include "core/process_identity.h"
 #include "core/accounting/region.h"
 #include "core/host_ids.h"
-#include "faults/points/point.h"
-#include "faults/testing/child.h"
+#include "core/points/point.h"
+#include "core/testing/child.h"
 
 
 namespace faultline::accounting {
@@ -92,12 +92,12 @@ void disarm() {
 pid_t spawn_child(const std::string& role, const std::string& path, const std::string& arm_in_child = "") {
   std::vector<std::string> extra{"FAULTLINE_ACCT_CHILD=" + role, "FAULTLINE_ACCT_PATH=" + path};
   if (!arm_in_child.empty()) extra.push_back("FAULTLINE_ACCT_ARM=" + arm_in_child);
-  return faultline::faults::testing::spawn_self("accounting_child.DISABLED_run", extra,
+  return faultline::core::testing::spawn_self("accounting_child.DISABLED_run", extra,
                                      {.drop_env_prefix = "FAULTLINE_ACCT_", .quiet_stdout = true});
 }
 
 // Exit code, 128 + signal, or -1 after SIGKILLing a child still running at the deadline.
-int wait_child(pid_t pid, std::chrono::milliseconds timeout = 10s) { return faultline::faults::testing::wait_exit(pid, timeout); }
+int wait_child(pid_t pid, std::chrono::milliseconds timeout = 10s) { return faultline::core::testing::wait_exit(pid, timeout); }
 
 bool wait_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 10s) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

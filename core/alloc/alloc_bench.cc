@@ -17,7 +17,7 @@
 //              die in random order; what is still live at the end is freed, inside the timing.
 //              max is 1, 4, 64 or 256 MiB; the cap min(16000 MiB, a quarter of the device's
 //              memory); streams round-robin per allocation (1 or 4), each block freed on its own.
-//              The plan comes from faults::generator (splitmix64, seed 20240611) mapped by hand,
+//              The plan comes from points::generator (splitmix64, seed 20240611) mapped by hand,
 //              computed once outside the timing, so every resource replays the same steps.
 // Both run one untimed warm-up first (the pools grow there).
 //
@@ -48,7 +48,7 @@
 #include "core/alloc/device_resource.h"
 #include "core/alloc/pool_resource.h"
 #include "core/device/device.h"
-#include "faults/random.h"
+#include "core/points/random.h"
 
 #if FAULTLINE_BENCH_RMM
 #include <cuda_runtime_api.h>
@@ -64,7 +64,7 @@ namespace {
 namespace alloc = faultline::core::alloc;
 namespace core = faultline::core;
 namespace device = faultline::core::device;
-namespace faults = faultline::faults;
+namespace points = faultline::points;
 
 constexpr std::size_t window = 16;
 constexpr std::size_t size_count = 4096;
@@ -291,7 +291,7 @@ struct random_step {
 // The plan for sizes in [1, max_size_bytes] with live bytes under `cap_bytes`. Deterministic: the
 // same seed, max and cap give the same steps on every run and standard library.
 std::vector<random_step> make_random_plan(std::size_t max_size_bytes, std::size_t cap_bytes) {
-  faults::generator g(random_seed);
+  points::generator g(random_seed);
   std::vector<random_step> plan;
   plan.reserve(2 * random_allocations);
   std::vector<std::size_t> live;  // sizes of live allocations, in the replay's order

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <thread>
 
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::core::alloc::testing {
 

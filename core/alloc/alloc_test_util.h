@@ -4,7 +4,7 @@
 //   the pool makes on events and streams, so a test can see that stream_wait_event was issued;
 // - test_upstream: an upstream resource over device memory that records the sizes asked of it,
 //   can refuse requests above a size, fail frees, or hand out adjacent slices of one block;
-// - arm_point / disarm_points: a tiny fault hook (faults/points) that fires named points, so
+// - arm_point / disarm_points: a tiny fault hook (core/points) that fires named points, so
 //   tests can arm bug points and fault points without faultline::faults;
 // - seeded_rng: splitmix64 with a hand-written range mapping (portable, deterministic).
 #pragma once

@@ -1,7 +1,7 @@
 #include "core/alloc/device_resource.h"
 
 #include "core/alloc/detail/exit_state.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::core::alloc {
 

@@ -11,7 +11,7 @@
 #include "core/alloc/pool_resource.h"
 #include "core/alloc/process_exit.h"
 #include "core/device/device.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::core::alloc {
 

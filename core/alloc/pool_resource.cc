@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "core/alloc/detail/exit_state.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::core::alloc {
 

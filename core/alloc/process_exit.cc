@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "core/alloc/detail/exit_state.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::core::alloc {
 

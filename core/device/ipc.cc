@@ -8,7 +8,7 @@
 #include "core/device/detail/ipc_bytes.h"
 #include "core/device/detail/ipc_registry.h"
 #include "core/device/sim/sim_backend.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::core::device::ipc {
 

@@ -27,8 +27,8 @@
 #include "core/device/detail/ipc_registry.h"
 #include "core/device/device.h"
 #include "core/device/ipc.h"
-#include "faults/points/point.h"
-#include "faults/testing/child.h"
+#include "core/points/point.h"
+#include "core/testing/child.h"
 
 
 namespace faultline::core::device::ipc {
@@ -110,14 +110,14 @@ void disarm() {
 // --- child processes ---------------------------------------------------------------------------
 
 pid_t spawn_child(const std::string& role, const std::string& backend_name, const handle& h) {
-  return faultline::faults::testing::spawn_self("ipc_child.DISABLED_run",
+  return faultline::core::testing::spawn_self("ipc_child.DISABLED_run",
                                      {"FAULTLINE_IPC_CHILD=" + role, "FAULTLINE_IPC_BACKEND=" + backend_name,
                                       "FAULTLINE_IPC_HANDLE=" + to_string(h)},
                                      {.drop_env_prefix = "FAULTLINE_IPC_", .quiet_stdout = true});
 }
 
 // Exit code, 128 + signal, or -1 after SIGKILLing a child still running at the deadline.
-int wait_child(pid_t pid, std::chrono::milliseconds timeout = 20s) { return faultline::faults::testing::wait_exit(pid, timeout); }
+int wait_child(pid_t pid, std::chrono::milliseconds timeout = 20s) { return faultline::core::testing::wait_exit(pid, timeout); }
 
 // Verifies the exporter's part of the buffer.
 bool parent_bytes_ok(backend& dev, const mapping& m) {

@@ -6,7 +6,7 @@
 
 #include "core/registry/detail/instance.h"
 #include "core/registry/detail/worker.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::core::registry {
 

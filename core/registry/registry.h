@@ -65,7 +65,7 @@
 // default join timeout) and must not race other calls; workers it had to abandon keep what they use
 // alive until they finish. Destroy the registry before the device runtime's teardown at exit.
 //
-// Fault points (faults/points/point.h), placed where races and failures matter:
+// Fault points (core/points/point.h), placed where races and failures matter:
 //   registry/register/after-insert     a registration is in the map, its call not yet returned
 //   registry/save/after-check          a save passed its checks, its task not yet queued
 //   registry/load/after-check          same for a load

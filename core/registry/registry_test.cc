@@ -7,7 +7,7 @@
 //
 // Method: everything runs on the process's sim (FAULTLINE_SIM_STRICT unset: freed memory stays
 // mapped, so "another client reused it" can be played by writing into it). Races are forced, not
-// waited for: a tiny local hook (faults/points) runs a callback at a named point, and callbacks
+// waited for: a tiny local hook (core/points) runs a callback at a named point, and callbacks
 // hold a thread on a gate until the other side has reached its point. Every wait is bounded, so a
 // broken build fails instead of hanging. Buffers come through a tracking adaptor, which is the
 // independent witness that nothing leaked. The one SIGSEGV (a copy from unmapped memory, strict
@@ -36,7 +36,7 @@
 #include "core/alloc/tracking_adaptor.h"
 #include "core/device/device.h"
 #include "core/device/sim/sim_backend.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::core::registry {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "faults/points/point.h"
+#include "core/points/point.h"
 #include "faults/spec.h"
 
 namespace faultline::faults::detail {

@@ -33,7 +33,7 @@
 #include <climits>
 
 #include "faults/families.h"
-#include "faults/random.h"
+#include "core/points/random.h"
 #include "core/host_ids.h"
 #include "faults/preload/agent.h"
 #include "faults/preload/detail/next_symbol.h"

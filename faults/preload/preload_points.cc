@@ -17,7 +17,7 @@
 #include "faults/preload/detail/sys.h"
 #include "faults/preload/detail/text.h"
 #include "faults/preload/protocol.h"
-#include "faults/random.h"
+#include "core/points/random.h"
 
 namespace faultline::agent::preload {
 namespace {

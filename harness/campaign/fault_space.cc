@@ -3,7 +3,7 @@
 #include <cctype>
 #include <optional>
 
-#include "faults/random.h"
+#include "core/points/random.h"
 #include "faults/spec.h"
 
 namespace faultline::harness {

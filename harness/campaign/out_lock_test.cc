@@ -18,7 +18,7 @@
 #include <string>
 #include <thread>
 
-#include "faults/testing/child.h"
+#include "core/testing/child.h"
 #include "harness/campaign/out_lock.h"
 
 namespace faultline::harness {

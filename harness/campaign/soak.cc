@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "faults/random.h"
+#include "core/points/random.h"
 #include "harness/campaign/duration.h"
 #include "harness/campaign/fault_space.h"
 #include "harness/detail/sys.h"

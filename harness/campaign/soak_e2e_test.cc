@@ -24,7 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "faults/random.h"
+#include "core/points/random.h"
 #include "harness/campaign/fault_space.h"
 #include "harness/results/results.h"
 #include "harness/run/process.h"

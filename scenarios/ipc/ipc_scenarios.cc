@@ -61,7 +61,7 @@
 #include "core/host_ids.h"
 #include "faults/engine.h"
 #include "faults/launcher.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 #include "scenarios/scenario.h"
 
 namespace faultline::scenarios {

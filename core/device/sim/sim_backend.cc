@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "core/device/sim/detail/context.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::core::device {
 

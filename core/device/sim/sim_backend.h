@@ -50,7 +50,7 @@
 //   handles fault.
 // - Teardown abandons queued ops that have not started; an op already running finishes first.
 //
-// Fault points (FAULTLINE_POINT; see faults/points/point.h):
+// Fault points (FAULTLINE_POINT; see core/points/point.h):
 //   sim/call/after-unloading-check  every call, between the teardown check and the first
 //                                   dereference of context pages (the race window; fail(code)
 //                                   makes the call return an injected fault)

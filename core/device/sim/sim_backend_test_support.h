@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/device/device.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 #include "core/device/sim/sim_backend.h"
 

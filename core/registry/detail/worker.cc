@@ -4,7 +4,7 @@
 #include <system_error>
 #include <utility>
 
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::core::registry::detail {
 

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "core/device/sim/sim_backend.h"
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::core::device::detail {
 

@@ -5,7 +5,7 @@
 // from many threads never repeat or tear, and a single thread's draws under a fixed seed are the
 // same on every run and every standard library (no std distributions involved).
 //
-//   faults::generator g(seed);
+//   points::generator g(seed);
 //   std::size_t bytes = g.between(256, 1 << 20);   // inclusive bounds
 //   bool fire = g.next_unit() < 0.05;
 #pragma once
@@ -13,7 +13,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace faultline::faults {
+namespace faultline::points {
 
 /// splitmix64's output function: a bijective mix of a 64-bit counter value.
 constexpr std::uint64_t splitmix64_mix(std::uint64_t z) noexcept {
@@ -54,4 +54,12 @@ class generator {
   std::atomic<std::uint64_t> state_;
 };
 
+}  // namespace faultline::points
+
+// The spelling of the engine, the scenarios and the harness (this header lived in faults/ until
+// core/ needed it too).
+namespace faultline::faults {
+using points::generator;
+using points::splitmix64_mix;
+using points::splitmix64_step;
 }  // namespace faultline::faults

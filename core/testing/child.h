@@ -1,7 +1,7 @@
 // Test helper: re-executes the running test binary as a child process that runs one test.
 //
-//   pid_t pid = faults::testing::spawn_self("rendezvous.DISABLED_child_meets", {"FAULTLINE_TEST_RV=x"});
-//   EXPECT_EQ(faults::testing::wait_exit(pid, std::chrono::seconds(30)), 0);
+//   pid_t pid = core::testing::spawn_self("rendezvous.DISABLED_child_meets", {"FAULTLINE_TEST_RV=x"});
+//   EXPECT_EQ(core::testing::wait_exit(pid, std::chrono::seconds(30)), 0);
 //
 // This is GoogleTest's "threadsafe" death-test style applied to cooperating processes: the child
 // starts from exec, never from a fork of a process that may already run threads. Child tests are
@@ -25,7 +25,7 @@
 
 extern char** environ;
 
-namespace faultline::faults::testing {
+namespace faultline::core::testing {
 
 /// How spawn_self starts the child, beyond its filter and extra environment.
 struct spawn_options {
@@ -85,4 +85,12 @@ inline int wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
   }
 }
 
+}  // namespace faultline::core::testing
+
+// The spelling the tests of faults/ and harness/ use (the helper lived in faults/testing/ until it
+// moved down to core/, whose own tests need it too).
+namespace faultline::faults::testing {
+using core::testing::spawn_options;
+using core::testing::spawn_self;
+using core::testing::wait_exit;
 }  // namespace faultline::faults::testing

@@ -1,4 +1,4 @@
-#include "faults/points/point.h"
+#include "core/points/point.h"
 
 namespace faultline::points {
 
