@@ -17,6 +17,7 @@
 #include "harness/campaign/campaign.h"
 #include "harness/campaign/duration.h"
 #include "harness/campaign/scenario_catalog.h"
+#include "harness/campaign/scenario_variant.h"
 #include "harness/campaign/soak.h"
 #include "harness/cli_faults.h"
 #include "harness/cores_cli.h"
@@ -638,7 +639,7 @@ int cmd_run(const raw_args& a, cli_context& ctx) {
     for (const auto& [name, value] : *preload) env.push_back(name + "=" + value);
   }
   for (const auto& sc : *chosen)
-    variants.push_back({sc.name, {bin, "run", sc.name}, s.faults, s.timeout.value_or(sc.timeout), env, false, true, sc.slots});
+    variants.push_back(scenario_variant(sc, sc.name, s.faults, s.timeout.value_or(sc.timeout), env, bin));
   return report_runs(variants, s, ctx, [&](const run_record& r) {
     return "faultline run " + detail::shell_quote(r.name) + repro_flags(r, s) + (a.late_cuda ? " --late-cuda" : "");
   });
@@ -885,10 +886,10 @@ int cmd_verify(const raw_args& a, cli_context& ctx) {
   std::vector<row> rows;
   for (const auto& sc : *chosen) {
     auto timeout = s.timeout.value_or(sc.timeout);
-    variants.push_back({sc.name, {bin, "run", sc.name}, "", timeout, {}, false, true, sc.slots});
+    variants.push_back(scenario_variant(sc, sc.name, "", timeout, {}, bin));
     rows.push_back({sc.name, "clean", true, 0.0});
     for (const auto& b : sc.bug_points) {
-      variants.push_back({sc.name + "@" + b.point, {bin, "run", sc.name}, b.faults, timeout, {}, false, true, sc.slots});
+      variants.push_back(scenario_variant(sc, sc.name + "@" + b.point, b.faults, timeout, {}, bin));
       rows.push_back({sc.name, b.point, false, b.detect_rate});
     }
   }
