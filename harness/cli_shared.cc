@@ -479,19 +479,6 @@ core::result<std::vector<scenario_info>> catalog_for(const std::vector<std::stri
   return select(*catalog, names);
 }
 
-variant scenario_variant(const scenario_info& sc, std::string name, std::string faults, std::chrono::milliseconds timeout,
-                         std::vector<std::string> env) {
-  variant v;
-  v.name = std::move(name);
-  v.argv = {scenario_binary().string(), "run", sc.name};
-  v.faults = std::move(faults);
-  v.timeout = timeout;
-  v.env = std::move(env);
-  v.in_run_dir = true;
-  v.slots = sc.slots;
-  return v;
-}
-
 // The variant of a user's command as exec runs it (and `soak -- CMD`), named for its program.
 // Refused (usage_error) before anything runs: a program that cannot be started would make every
 // run an `error`; with the agent preloaded, a program reads only the families' points

@@ -21,6 +21,7 @@
 #include "harness/campaign/campaign.h"
 #include "harness/campaign/duration.h"
 #include "harness/campaign/scenario_catalog.h"
+#include "harness/campaign/scenario_variant.h"
 #include "harness/cli.h"
 #include "harness/cli_faults.h"
 #include "harness/detail/defaults.h"
@@ -120,10 +121,6 @@ void acknowledge_sharding();
 std::optional<out_dir_lock> hold_out_dir(const fs::path& out, bool resume, bool replace, cli_context& ctx);
 std::optional<campaign_result> perform(const std::vector<variant>& variants, settings& s, cli_context& ctx);
 core::result<std::vector<scenario_info>> catalog_for(const std::vector<std::string>& names, bool all);
-/// A scenario's variant: `BIN run SCENARIO` of the scenario binary, in its run directory (where
-/// its core lands, one per run), with the scenario's slots.
-variant scenario_variant(const scenario_info& sc, std::string name, std::string faults, std::chrono::milliseconds timeout,
-                         std::vector<std::string> env = {});
 variant command_variant(const std::vector<std::string>& cmd, const command_flags& f, const std::string& faults,
                         std::optional<std::chrono::milliseconds> timeout, const std::vector<std::string>& env);
 

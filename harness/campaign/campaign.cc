@@ -1,15 +1,10 @@
 #include "harness/campaign/campaign.h"
 
-#include <fcntl.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cctype>
-#include <cerrno>
 #include <csignal>
-#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -17,7 +12,9 @@
 #include <thread>
 
 #include "faults/preload/protocol.h"
+#include "harness/campaign/detail/scheduler.h"
 #include "harness/campaign/progress.h"
+#include "harness/campaign/state_file.h"
 #include "harness/detail/sys.h"
 #include "harness/run/classify.h"
 #include "harness/run/process.h"
@@ -96,20 +93,8 @@ campaign_manifest manifest_of(const campaign_options& o) {
 core::status write_manifest(const fs::path& out_dir, const campaign_manifest& m) {
   nlohmann::json variants = nlohmann::json::array();
   for (const auto& v : m.variants) variants.push_back({{"name", v.name}, {"faults", v.faults}});
-  nlohmann::json j = {{"format", 1},
-                      {"repeat", m.repeat},
-                      {"seed", m.seed},
-                      {"shard", m.part.to_string()},
-                      {"variants", variants}};
-  const fs::path path = out_dir / manifest_file;
-  const fs::path tmp = out_dir / (std::string(manifest_file) + ".tmp");
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return detail::sys_error(errno, "open " + tmp.string());
-  auto s = detail::write_all(fd, j.dump(2) + "\n", "write " + tmp.string());
-  ::close(fd);
-  if (!s) return s;
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return detail::sys_error(errno, "rename " + tmp.string());
-  return {};
+  return write_state_file(out_dir / manifest_file,
+                          {{"repeat", m.repeat}, {"seed", m.seed}, {"shard", m.part.to_string()}, {"variants", variants}});
 }
 
 std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
@@ -260,359 +245,353 @@ std::string make_run_id(const std::string& name, std::uint64_t seed) {
 }
 
 core::result<std::optional<campaign_manifest>> read_manifest(const fs::path& out_dir) {
-  const fs::path path = out_dir / manifest_file;
-  auto text = detail::read_file(path, 16 << 20);
-  if (!text) {
-    if (text.code() == core::errc::not_found) return std::optional<campaign_manifest>();
-    return text.error();
-  }
   campaign_manifest m;
-  try {
-    auto j = nlohmann::json::parse(*text);
-    if (j.at("format").get<int>() != 1) throw nlohmann::json::other_error::create(501, "unknown format " + j.at("format").dump(), &j);
+  auto found = read_state_file(out_dir / manifest_file, "campaign manifest", [&m](const nlohmann::json& j) {
     m.repeat = j.at("repeat").get<std::uint64_t>();
     m.seed = j.at("seed").get<std::uint64_t>();
     auto part = parse_shard(j.at("shard").get<std::string>());
     if (!part) throw nlohmann::json::other_error::create(501, part.error().message(), &j);
     m.part = *part;
     for (const auto& v : j.at("variants")) m.variants.push_back({v.at("name").get<std::string>(), v.at("faults").get<std::string>()});
-  } catch (const nlohmann::json::exception& e) {
-    return core::status(core::errc::corrupt, path.string() + " is not a faultline campaign manifest: " + e.what());
-  }
+  });
+  if (!found) return found.error();
+  if (!*found) return std::optional<campaign_manifest>();
   return std::optional<campaign_manifest>(std::move(m));
 }
 
-core::result<campaign_result> run_campaign(const campaign_options& o) {
+namespace {
+
+using detail::campaign_tally;
+using detail::run_numbering;
+using detail::run_scheduler;
+
+// What run_campaign refuses before it looks at out_dir.
+core::status check_options(const campaign_options& o) {
   if (o.variants.empty()) return core::status(core::errc::invalid_argument, "nothing to run");
   if (o.jobs == 0) return core::status(core::errc::invalid_argument, "jobs must be at least 1");
   if (o.jobs > max_jobs)
     return core::status(core::errc::invalid_argument,
                         "jobs " + std::to_string(o.jobs) + ": at most " + std::to_string(max_jobs) + " runs at once");
   if (o.part.count == 0 || o.part.index >= o.part.count) return core::status(core::errc::invalid_argument, "bad shard " + o.part.to_string());
-  std::error_code ec;
-  // Before anything in out_dir is read or cleared: one live campaign per directory.
-  std::optional<out_dir_lock> own_lock;
-  if (!o.out_lock) {
-    auto lock = out_dir_lock::acquire(o.out_dir);
-    if (!lock) return lock.error();
-    own_lock.emplace(std::move(*lock));
-  } else if (!fs::equivalent(o.out_lock->dir(), o.out_dir, ec)) {
+  return {};
+}
+
+// A run that died of SIGTERM, SIGINT or SIGHUP (or a shell's exit status for one, 128 + N) while
+// the campaign is being cancelled was interrupted, not failed: a scheduler that ends a job
+// (Slurm's scancel, a pod's termination, a CI cancel) signals every process of it at once, the
+// runs among them. The harness's own signal may land a moment after its run's, so it is given
+// half a second to.
+bool ended_by_the_cancel(const run_report& rep, const std::atomic<bool>* cancel) {
+  if (!cancel || !rep.evidence.wait_status) return false;
+  const int st = *rep.evidence.wait_status;
+  const int sig = WIFSIGNALED(st) ? WTERMSIG(st) : WIFEXITED(st) && WEXITSTATUS(st) > 128 ? WEXITSTATUS(st) - 128 : 0;
+  if (sig != SIGTERM && sig != SIGINT && sig != SIGHUP) return false;
+  for (int i = 0; i < 50 && !cancel->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return cancel->load();
+}
+
+// The /dev/shm/faultline* entries that were not there at the start (`before`, sorted), removed.
+std::vector<std::string> sweep_new_shm(const std::vector<std::string>& before) {
+  std::vector<std::string> swept;
+  for (const auto& name : faultline_shm_entries()) {
+    if (std::binary_search(before.begin(), before.end(), name)) continue;
+    swept.push_back(name);
+    std::error_code ec;
+    fs::remove(fs::path("/dev/shm") / name, ec);
+  }
+  return swept;
+}
+
+// A campaign's warnings: each kept for its result and given to `out` (campaign_options::warn),
+// through the progress meter once there is one, so that they never mix with its line.
+class warnings {
+ public:
+  explicit warnings(const std::function<void(const std::string&)>& out) : out_(out) {}
+
+  void operator()(const std::string& text) {
+    std::lock_guard lock(mu_);
+    given_.push_back(text);
+    if (!out_) return;
+    if (meter_) meter_->interject([&] { out_(text); });
+    else out_(text);
+  }
+  // Set before any worker starts.
+  void through(progress_meter* meter) { meter_ = meter; }
+  std::vector<std::string> given() {
+    std::lock_guard lock(mu_);
+    return given_;
+  }
+
+ private:
+  std::mutex mu_;
+  const std::function<void(const std::string&)>& out_;
+  progress_meter* meter_ = nullptr;
+  std::vector<std::string> given_;
+};
+
+// One call of run_campaign: open() takes out_dir and reads what a resume continues, perform()
+// runs the rest on the worker threads (run_scheduler hands the runs out) and cleans up after them.
+class campaign {
+ public:
+  explicit campaign(const campaign_options& o)
+      : o_(o), numbering_(o), results_path_(o.out_dir / "results.jsonl"), warn_(o.warn), tally_(o) {}
+
+  core::status open();
+  core::result<campaign_result> perform();
+
+ private:
+  core::status hold_out_dir();
+  core::status prepare_out_dir();
+  core::status resume();
+  core::status resume_run(const run_record& r, std::uint64_t line, bool has_manifest);
+  unsigned run_workers(unsigned jobs);
+  void worker(unsigned slot);
+  bool perform_run(std::uint64_t k, const fs::path& slot_dir);
+  run_request request_for(const variant& v, std::uint64_t seed, const std::string& faults, const std::string& id,
+                          const fs::path& slot_dir) const;
+  void record_run(std::uint64_t k, const run_record& rec, bool keep, const fs::path& slot_dir);
+  core::result<campaign_result> result(unsigned threads, const std::vector<std::string>& shm_before);
+
+  fs::path slot_dir(unsigned slot) const { return o_.out_dir / "runs" / (".slot-" + std::to_string(slot)); }
+
+  const campaign_options& o_;
+  const run_numbering numbering_;
+  const fs::path results_path_;
+  std::optional<out_dir_lock> own_lock_;  // null when the caller holds out_dir (o.out_lock)
+  warnings warn_;
+  campaign_tally tally_;                  // what a resume found; the scheduler takes it over
+  results_writer writer_;
+  std::optional<progress_meter> progress_;
+  std::optional<run_scheduler> scheduler_;
+  bool check_shm_ = false;                // with runs overlapping, a new entry has no single owner
+  std::atomic<bool> prune_warned_{false};
+};
+
+core::status campaign::open() {
+  if (auto s = hold_out_dir(); !s) return s;
+  if (auto s = prepare_out_dir(); !s) return s;
+  if (auto s = o_.resume ? resume() : write_manifest(o_.out_dir, manifest_of(o_)); !s) return s;
+  return writer_.open(results_path_);
+}
+
+// Before anything in out_dir is read or cleared: one live campaign per directory.
+core::status campaign::hold_out_dir() {
+  if (o_.out_lock) {
+    std::error_code ec;
+    if (fs::equivalent(o_.out_lock->dir(), o_.out_dir, ec)) return {};
     return core::status(core::errc::invalid_argument,
-                        "the lock held is of " + o.out_lock->dir().string() + ", not of " + o.out_dir.string());
+                        "the lock held is of " + o_.out_lock->dir().string() + ", not of " + o_.out_dir.string());
   }
-  {
-    // An earlier campaign in out_dir is continued (resume) or replaced (replace) only when asked:
-    // a mistyped command must not cost a campaign. A soak's state alone is the soak's own, written
-    // just before it starts this campaign (run_soak checked the user's choice itself).
-    auto was = find_recorded_campaign(o.out_dir, false);
-    if (!was) return was.error();
-    was->soak = false;
-    if (auto s = choice_status(o.out_dir, *was, o.resume, o.replace); !s) return s;
-    if (o.replace && was->any()) {
-      if (auto s = clear_recorded_campaign(o.out_dir); !s) return s;
-      if (o.warn) o.warn("replaced the earlier campaign in " + o.out_dir.string() + " (--replace)");
-    }
+  auto lock = out_dir_lock::acquire(o_.out_dir);
+  if (!lock) return lock.error();
+  own_lock_.emplace(std::move(*lock));
+  return {};
+}
+
+// An earlier campaign in out_dir is continued (resume) or replaced (replace) only when asked: a
+// mistyped command must not cost a campaign. A soak's state alone is the soak's own, written just
+// before it starts this campaign (run_soak checked the user's choice itself).
+core::status campaign::prepare_out_dir() {
+  auto was = find_recorded_campaign(o_.out_dir, false);
+  if (!was) return was.error();
+  was->soak = false;
+  if (auto s = choice_status(o_.out_dir, *was, o_.resume, o_.replace); !s) return s;
+  if (o_.replace && was->any()) {
+    if (auto s = clear_recorded_campaign(o_.out_dir); !s) return s;
+    if (o_.warn) o_.warn("replaced the earlier campaign in " + o_.out_dir.string() + " (--replace)");
   }
-  fs::create_directories(o.out_dir / "logs", ec);
-  if (!ec) fs::create_directories(o.out_dir / "runs", ec);
-  if (ec) return core::status(core::errc::io_error, "create " + o.out_dir.string() + ": " + ec.message());
+  std::error_code ec;
+  fs::create_directories(o_.out_dir / "logs", ec);
+  if (!ec) fs::create_directories(o_.out_dir / "runs", ec);
+  if (ec) return core::status(core::errc::io_error, "create " + o_.out_dir.string() + ": " + ec.message());
+  return {};
+}
 
-  const std::uint64_t nvariants = o.variants.size();
-  const std::uint64_t total = o.repeat * nvariants;
-  const fs::path results_path = o.out_dir / "results.jsonl";
-  const campaign_manifest manifest = manifest_of(o);
-  auto faults_of = [&o](std::uint64_t k, const variant& v) { return o.faults_of ? o.faults_of(k, v) : v.faults; };
-  auto variant_index = [&o, nvariants](std::uint64_t k) -> std::size_t {
-    return static_cast<std::size_t>((o.rotate_per_shard ? k / o.part.count : k) % nvariants);
-  };
-  auto seed_of = [&o, nvariants](std::uint64_t k) { return o.rotate_per_shard ? o.seed + k : o.seed + k / nvariants; };
-
-  std::mutex mu;  // guards everything below that the workers share
-  campaign_result result;
-  std::vector<summary_key> keys;
-  for (const auto& v : o.variants) keys.push_back({v.name, v.faults});
-  summary_builder summary(std::move(keys));
-  std::vector<std::uint64_t> passes_kept(nvariants, 0);
-  // Recorded runs (resume), one bit per owned run number: run k is bit k / shard count.
-  std::vector<bool> recorded;
-  std::uint64_t failures = 0;
-
-  // Warnings go out through the progress meter once there is one, so that they never mix with
-  // its line; it is set before any worker starts.
-  std::mutex warn_mu;
-  progress_meter* meter = nullptr;
-  auto warn = [&](const std::string& text) {
-    std::lock_guard lock(warn_mu);
-    result.warnings.push_back(text);
-    if (!o.warn) return;
-    if (meter) meter->interject([&] { o.warn(text); });
-    else o.warn(text);
-  };
-
-  if (o.resume) {
-    auto was = read_manifest(o.out_dir);
-    if (!was) return was.error();
-    if (*was) {
-      if (auto s = check_manifest(o.out_dir, **was, manifest); !s) return s;
-    }
-    auto check = [&](run_record&& r, std::uint64_t line) -> core::status {
-      const std::string where = results_path.string() + " line " + std::to_string(line);
-      if (!*was)
-        return refuse_resume(o.out_dir, "it has results but no " + std::string(manifest_file) + " to say which options made them");
-      if (r.run >= total || !o.part.owns(r.run))
-        return refuse_resume(o.out_dir, where + " records run " + std::to_string(r.run) + ", which is not a run of this campaign");
-      const variant& v = o.variants[variant_index(r.run)];
-      const std::uint64_t seed = seed_of(r.run);
-      const std::string faults = faults_of(r.run, v);
-      if (r.name != v.name || r.seed != seed || r.faults != faults)
-        return refuse_resume(o.out_dir, where + " records run " + std::to_string(r.run) + " as " + in_quotes(r.name) + " seed " +
-                                            std::to_string(r.seed) + " faults " + in_quotes(r.faults) + ", but run " +
-                                            std::to_string(r.run) + " of this campaign is " + in_quotes(v.name) + " seed " +
-                                            std::to_string(seed) + " faults " + in_quotes(faults));
-      const std::uint64_t bit = r.run / o.part.count;
-      if (bit >= recorded.size()) recorded.resize(bit + 1, false);
-      if (recorded[bit]) return {};  // recorded twice (a results file put together by hand): counted once
-      recorded[bit] = true;
-      ++result.resumed;
-      summary.add(r);
-      if (r.result != outcome::pass) {
-        ++failures;
-      } else if (!r.log.empty()) {
-        ++passes_kept[variant_index(r.run)];
-      } else {
-        // Recorded as pruned, but the harness may have died before pruning it.
-        prune_run(o.out_dir, r.run_id);
-      }
-      return {};
-    };
-    auto scan = recover_results(results_path, check);
-    if (!scan && scan.code() != core::errc::not_found) return scan.error();
-    if (scan && scan->truncated_tail)
-      warn(results_path.string() + ": the last line was torn (the harness was killed while writing it): dropped its " +
-           std::to_string(scan->torn_bytes) + " bytes; that run is performed again");
-    if (!*was) {
-      if (auto s = write_manifest(o.out_dir, manifest); !s) return s;
-    }
-  } else {
-    if (auto s = write_manifest(o.out_dir, manifest); !s) return s;
+// The results already in OUT/results.jsonl count as performed runs, each once, once this campaign
+// is known to have made them (its manifest, and every record's name, seed and fault spec).
+core::status campaign::resume() {
+  auto was = read_manifest(o_.out_dir);
+  if (!was) return was.error();
+  if (*was) {
+    if (auto s = check_manifest(o_.out_dir, **was, manifest_of(o_)); !s) return s;
   }
+  const bool has_manifest = was->has_value();
+  auto scan = recover_results(results_path_, [&](run_record&& r, std::uint64_t line) { return resume_run(r, line, has_manifest); });
+  if (!scan && scan.code() != core::errc::not_found) return scan.error();
+  if (scan && scan->truncated_tail)
+    warn_(results_path_.string() + ": the last line was torn (the harness was killed while writing it): dropped its " +
+          std::to_string(scan->torn_bytes) + " bytes; that run is performed again");
+  if (!has_manifest) return write_manifest(o_.out_dir, manifest_of(o_));
+  return {};
+}
 
-  results_writer writer;
-  if (auto s = writer.open(results_path); !s) return s;
+core::status campaign::resume_run(const run_record& r, std::uint64_t line, bool has_manifest) {
+  const std::string where = results_path_.string() + " line " + std::to_string(line);
+  if (!has_manifest)
+    return refuse_resume(o_.out_dir, "it has results but no " + std::string(manifest_file) + " to say which options made them");
+  if (r.run >= numbering_.total() || !numbering_.owns(r.run))
+    return refuse_resume(o_.out_dir, where + " records run " + std::to_string(r.run) + ", which is not a run of this campaign");
+  const variant& v = numbering_.variant_of(r.run);
+  const std::uint64_t seed = numbering_.seed_of(r.run);
+  const std::string faults = numbering_.faults_of(r.run);
+  if (r.name != v.name || r.seed != seed || r.faults != faults)
+    return refuse_resume(o_.out_dir, where + " records run " + std::to_string(r.run) + " as " + in_quotes(r.name) + " seed " +
+                                         std::to_string(r.seed) + " faults " + in_quotes(r.faults) + ", but run " +
+                                         std::to_string(r.run) + " of this campaign is " + in_quotes(v.name) + " seed " +
+                                         std::to_string(seed) + " faults " + in_quotes(faults));
+  // Recorded as pruned, but the harness may have died before pruning it.
+  if (tally_.add_resumed(r, numbering_.variant_index(r.run)) && r.result == outcome::pass && r.log.empty())
+    prune_run(o_.out_dir, r.run_id);
+  return {};
+}
 
-  const std::uint64_t owned = owned_runs(total, o.part);
-  const std::uint64_t to_perform = owned - std::min(owned, result.resumed);
-  bool stop = o.until_fail && failures > 0;
-  result.stopped_early = stop;
+core::result<campaign_result> campaign::perform() {
+  const std::uint64_t owned = owned_runs(numbering_.total(), o_.part);
+  const std::uint64_t to_perform = owned - std::min(owned, tally_.resumed());
+  progress_.emplace(o_.progress, o_.progress_tty, o_.deadline ? 0 : to_perform, o_.progress_interval);
+  if (o_.progress_suffix) progress_->set_suffix(o_.progress_suffix);
+  warn_.through(&*progress_);
+  scheduler_.emplace(o_, numbering_, std::move(tally_), &*progress_);
   // No more threads than runs: a thread without a run to take only costs memory.
-  const unsigned jobs = static_cast<unsigned>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(o.jobs, stop ? 1 : to_perform)));
-  const bool check_shm = jobs == 1;  // with runs overlapping, a new entry has no single owner
+  const unsigned jobs =
+      static_cast<unsigned>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(o_.jobs, scheduler_->stopped() ? 1 : to_perform)));
+  check_shm_ = jobs == 1;
   const auto shm_before = faultline_shm_entries();
+  const unsigned threads = run_workers(jobs);
+  progress_->finish();
+  return result(threads, shm_before);
+}
 
-  std::uint64_t next = 0, done = 0;
-  bool prune_warned = false;
-  core::status write_error;
-  const std::uint64_t passes_to_keep =
-      o.keep == keep_policy::all ? ~std::uint64_t{0} : o.keep == keep_policy::none ? 0 : o.keep_passes;
-  auto is_recorded = [&](std::uint64_t k) {
-    const std::uint64_t bit = k / o.part.count;
-    return bit < recorded.size() && recorded[bit];
-  };
-  progress_meter progress(o.progress, o.progress_tty, o.deadline ? 0 : to_perform, o.progress_interval);
-  if (o.progress_suffix) progress.set_suffix(o.progress_suffix);
-  meter = &progress;
-
-  // Checkpoints: after every checkpoint_runs runs, no new run starts until the runs in flight
-  // have ended; then the first thread to see none in flight runs the checkpoint.
-  std::condition_variable idle;
-  unsigned in_flight = 0;
-  // Slots (variant::slots) held by the runs in flight; a run starts while its own fit in jobs.
-  // The room is o.jobs even when fewer threads run (fewer runs than jobs).
-  unsigned slots_in_use = 0;
-  auto slots_of = [&](std::uint64_t k) { return std::clamp(o.variants[variant_index(k)].slots, 1u, o.jobs); };
-  std::uint64_t since_checkpoint = 0;
-  bool checkpointing = false;
-  auto past_deadline = [&] { return o.deadline && std::chrono::steady_clock::now() >= *o.deadline; };
-
-  // Each thread runs in a working directory of its own, reused from run to run and renamed to
-  // the run's name only when the run keeps its files: a directory created for every run costs
-  // more than a short run itself (measured: 2.3 ms to create a directory and a file in it on
-  // this ext4, 0.1 ms to create a file in a directory that exists).
-  auto worker = [&](unsigned slot) {
-    const fs::path slot_dir = o.out_dir / "runs" / (".slot-" + std::to_string(slot));
-    for (;;) {
-      std::uint64_t k;
-      {
-        std::unique_lock lock(mu);
-        for (;;) {
-          while (next < total && (!o.part.owns(next) || is_recorded(next))) ++next;
-          if (stop || next >= total || (o.cancel && o.cancel->load())) return;
-          if (past_deadline()) {
-            result.deadline_reached = true;
-            return;
-          }
-          const bool due = o.checkpoint && o.checkpoint_runs > 0 && since_checkpoint >= o.checkpoint_runs;
-          if (!due && !checkpointing && slots_in_use + slots_of(next) <= o.jobs) break;
-          if (due && !checkpointing && in_flight == 0) {
-            checkpointing = true;
-            since_checkpoint = 0;
-            const std::uint64_t recorded_runs = result.resumed + result.performed, failed = failures;
-            lock.unlock();
-            o.checkpoint(recorded_runs, failed);
-            lock.lock();
-            checkpointing = false;
-            idle.notify_all();
-            continue;
-          }
-          idle.wait_for(lock, std::chrono::milliseconds(100));
-        }
-        k = next++;
-        ++in_flight;
-        slots_in_use += slots_of(k);
-      }
-      const variant& v = o.variants[variant_index(k)];
-      const std::uint64_t seed = seed_of(k);
-      const std::string id = make_run_id(v.name, seed);
-
-      run_request rq;
-      rq.argv = v.argv;
-      rq.env = o.env;
-      for (const auto& kv : v.env) {
-        auto eq = kv.find('=');
-        set_env(rq.env, kv.substr(0, eq), eq == std::string::npos ? std::string() : kv.substr(eq + 1));
-      }
-      set_env(rq.env, "FAULTLINE_SEED", std::to_string(seed));
-      const std::string faults = faults_of(k, v);
-      set_env(rq.env, "FAULTLINE_FAULTS", faults.empty() ? std::nullopt : std::optional<std::string>(faults));
-      rq.run_dir = slot_dir;
-      rq.log_path = o.out_dir / "logs" / (id + ".log");
-      rq.timeout = v.timeout;
-      rq.grace = o.grace;
-      rq.log_limit_bytes = o.log_limit_bytes;
-      rq.stacks = o.stacks;
-      rq.crash = o.crash;
-      rq.gtest_output = v.gtest_output;
-      rq.in_run_dir = v.in_run_dir;
-      rq.check_shm = check_shm;
-      rq.cancel = o.cancel;
-      // Decided once the run is classified, so that a passing run kept by no one has no log file.
-      bool keep = true;
-      rq.keep_log = [&](const run_report& r) {
-        if (r.interrupted || r.verdict.result != outcome::pass) return keep = true;
-        std::lock_guard lock(mu);
-        std::uint64_t& kept = passes_kept[variant_index(k)];
-        keep = kept < passes_to_keep;
-        if (keep) ++kept;
-        return keep;
-      };
-      run_report rep = run_once(rq);
-      auto end_of_run = [&] {  // under mu
-        --in_flight;
-        slots_in_use -= slots_of(k);
-        idle.notify_all();  // a checkpoint waiting for no run in flight, a wide run for room
-      };
-      // A scheduler that ends a job (Slurm's scancel, a pod's termination, a CI cancel) signals
-      // every process of it at once, the runs among them: a run that died of SIGTERM, SIGINT or
-      // SIGHUP (or a shell's exit status for one, 128 + N) while the campaign is being cancelled
-      // was interrupted, not failed. The harness's own signal may land a moment after its run's,
-      // so it is given half a second to.
-      if (!rep.interrupted && o.cancel && rep.evidence.wait_status) {
-        const int st = *rep.evidence.wait_status;
-        const int sig = WIFSIGNALED(st) ? WTERMSIG(st) : WIFEXITED(st) && WEXITSTATUS(st) > 128 ? WEXITSTATUS(st) - 128 : 0;
-        if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
-          for (int i = 0; i < 50 && !o.cancel->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          rep.interrupted = o.cancel->load();
-        }
-      }
-      if (rep.interrupted) {
-        std::lock_guard lock(mu);
-        end_of_run();
-        return;
-      }
-
-      run_record rec = to_record(rep, v, faults, k, seed, id, v.argv, keep);
-      rec.points_reached = read_points(rq.run_dir);  // before the directory is reused
-      for (auto& l : late_cuda_by_api(rq.run_dir)) rec.late_cuda.push_back({l.api, l.calls, std::move(l.signature)});
-      std::error_code keep_ec;
-      if (keep) {
-        // The record names runs/ID: the working directory becomes it (the next run makes a new one).
-        const fs::path kept = o.out_dir / "runs" / id;
-        fs::remove_all(kept, keep_ec);  // a resumed campaign's run that was in flight
-        fs::rename(slot_dir, kept, keep_ec);
-      }
-      auto ws = writer.append(rec);
-      // Only a recorded run is pruned: its line is all that is left of it.
-      if (keep_ec) {
-        std::lock_guard lock(mu);
-        warn("cannot keep the files of run " + id + ": " + keep_ec.message());
-      }
-      if (!keep && ws) {
-        if (auto pe = prune_run(o.out_dir, id); pe) {
-          std::lock_guard lock(mu);
-          if (!prune_warned) {
-            prune_warned = true;
-            warn("cannot remove the files of passing run " + id + ": " + pe.message() + " (further failures not reported)");
-          }
-        }
-      }
-      std::lock_guard lock(mu);
-      end_of_run();
-      if (!ws) {
-        // Nothing more can be recorded (a full disk, say): a run performed now would be lost.
-        if (write_error.is_ok()) write_error = ws;
-        stop = true;
-        continue;
-      }
-      ++since_checkpoint;
-      ++done;
-      ++result.performed;
-      summary.add(rec);
-      if (rec.result != outcome::pass) {
-        ++failures;
-        if (o.until_fail) {
-          stop = true;
-          result.stopped_early = true;
-        }
-      }
-      progress.update(done, failures);
-    }
-  };
-
-  // A thread that cannot be created (process or memory limits) lowers the parallelism; the
-  // runs still all happen, on the threads that did start.
+// A thread that cannot be created (process or memory limits) lowers the parallelism; the runs
+// still all happen, on the threads that did start (the caller's at least). Returns how many ran.
+unsigned campaign::run_workers(unsigned jobs) {
   std::vector<std::thread> threads;
-  result.jobs = 1;
+  unsigned started = 1;
   for (unsigned j = 1; j < jobs; ++j) {
     try {
-      threads.emplace_back(worker, j);
-      ++result.jobs;
+      threads.emplace_back(&campaign::worker, this, j);
+      ++started;
     } catch (const std::system_error& e) {
-      warn("could start only " + std::to_string(result.jobs) + " of " + std::to_string(jobs) + " runs at once (" + e.what() +
-           "); going on with " + std::to_string(result.jobs));
+      warn_("could start only " + std::to_string(started) + " of " + std::to_string(jobs) + " runs at once (" + e.what() +
+            "); going on with " + std::to_string(started));
       break;
     }
   }
   worker(0);
   for (auto& t : threads) t.join();
-  for (unsigned j = 0; j < jobs; ++j) fs::remove_all(o.out_dir / "runs" / (".slot-" + std::to_string(j)), ec);
-  progress.finish();
+  std::error_code ec;
+  for (unsigned j = 0; j < jobs; ++j) fs::remove_all(slot_dir(j), ec);
+  return started;
+}
 
-  result.interrupted = o.cancel && o.cancel->load();
-  result.stray_pids = kill_strays(o.grace);
-  if (!check_shm && o.sweep_shm_at_end) {
-    for (const auto& name : faultline_shm_entries()) {
-      if (std::binary_search(shm_before.begin(), shm_before.end(), name)) continue;
-      result.stray_shm.push_back(name);
-      fs::remove(fs::path("/dev/shm") / name, ec);
-    }
+// Each thread runs in a working directory of its own, reused from run to run and renamed to the
+// run's name only when the run keeps its files: a directory created for every run costs more than
+// a short run itself (measured: 2.3 ms to create a directory and a file in it on this ext4, 0.1 ms
+// to create a file in a directory that exists). An interrupted run ends the thread.
+void campaign::worker(unsigned slot) {
+  const fs::path dir = slot_dir(slot);
+  while (auto k = scheduler_->claim())
+    if (!perform_run(*k, dir)) return;
+}
+
+// Performs run k and records it; false when it was interrupted (it is not recorded).
+bool campaign::perform_run(std::uint64_t k, const fs::path& slot_dir) {
+  const variant& v = numbering_.variant_of(k);
+  const std::uint64_t seed = numbering_.seed_of(k);
+  const std::string id = make_run_id(v.name, seed);
+  const std::string faults = numbering_.faults_of(k);
+  run_request rq = request_for(v, seed, faults, id, slot_dir);
+  // Decided once the run is classified, so that a passing run kept by no one has no log file.
+  bool keep = true;
+  rq.keep_log = [&](const run_report& r) {
+    keep = r.interrupted || r.verdict.result != outcome::pass || scheduler_->keep_pass(k);
+    return keep;
+  };
+  run_report rep = run_once(rq);
+  if (!rep.interrupted) rep.interrupted = ended_by_the_cancel(rep, o_.cancel);
+  if (rep.interrupted) {
+    scheduler_->abandon(k);
+    return false;
   }
-  result.summaries = summary.summaries();
-  if (!write_error)
-    return core::status(write_error.code(),
-                        write_error.message() + "; stopped: the " + std::to_string(result.resumed + result.performed) +
-                            " runs recorded before it are intact in " + results_path.string() +
-                            ", and --resume performs the rest once it can be written");
-  return result;
+  run_record rec = to_record(rep, v, faults, k, seed, id, v.argv, keep);
+  rec.points_reached = read_points(rq.run_dir);  // before the directory is reused
+  for (auto& l : late_cuda_by_api(rq.run_dir)) rec.late_cuda.push_back({l.api, l.calls, std::move(l.signature)});
+  record_run(k, rec, keep, slot_dir);
+  return true;
+}
+
+run_request campaign::request_for(const variant& v, std::uint64_t seed, const std::string& faults, const std::string& id,
+                                  const fs::path& slot_dir) const {
+  run_request rq;
+  rq.argv = v.argv;
+  rq.env = o_.env;
+  for (const auto& kv : v.env) {
+    auto eq = kv.find('=');
+    set_env(rq.env, kv.substr(0, eq), eq == std::string::npos ? std::string() : kv.substr(eq + 1));
+  }
+  set_env(rq.env, "FAULTLINE_SEED", std::to_string(seed));
+  set_env(rq.env, "FAULTLINE_FAULTS", faults.empty() ? std::nullopt : std::optional<std::string>(faults));
+  rq.run_dir = slot_dir;
+  rq.log_path = o_.out_dir / "logs" / (id + ".log");
+  rq.timeout = v.timeout;
+  rq.grace = o_.grace;
+  rq.log_limit_bytes = o_.log_limit_bytes;
+  rq.stacks = o_.stacks;
+  rq.crash = o_.crash;
+  rq.gtest_output = v.gtest_output;
+  rq.in_run_dir = v.in_run_dir;
+  rq.check_shm = check_shm_;
+  rq.cancel = o_.cancel;
+  return rq;
+}
+
+// Keeps run k's files (its working directory becomes runs/ID, which the record names) or prunes
+// them once its line is written: a line is all that is left of a pruned run.
+void campaign::record_run(std::uint64_t k, const run_record& rec, bool keep, const fs::path& slot_dir) {
+  std::error_code keep_ec;
+  if (keep) {
+    const fs::path kept = o_.out_dir / "runs" / rec.run_id;
+    fs::remove_all(kept, keep_ec);  // a resumed campaign's run that was in flight
+    fs::rename(slot_dir, kept, keep_ec);
+  }
+  auto written = writer_.append(rec);
+  if (keep_ec) warn_("cannot keep the files of run " + rec.run_id + ": " + keep_ec.message());
+  if (!keep && written) {
+    if (auto pe = prune_run(o_.out_dir, rec.run_id); pe && !prune_warned_.exchange(true))
+      warn_("cannot remove the files of passing run " + rec.run_id + ": " + pe.message() + " (further failures not reported)");
+  }
+  if (written) scheduler_->record(k, rec);
+  else scheduler_->writing_failed(k, written);
+}
+
+// What the campaign did, once its threads have ended: processes and /dev/shm entries no run
+// claimed are cleaned up first. A record that could not be written makes it an error.
+core::result<campaign_result> campaign::result(unsigned threads, const std::vector<std::string>& shm_before) {
+  campaign_result r;
+  r.jobs = threads;
+  r.resumed = scheduler_->resumed();
+  r.performed = scheduler_->performed();
+  r.stopped_early = scheduler_->stopped_early();
+  r.deadline_reached = scheduler_->deadline_reached();
+  r.interrupted = o_.cancel && o_.cancel->load();
+  r.stray_pids = kill_strays(o_.grace);
+  if (!check_shm_ && o_.sweep_shm_at_end) r.stray_shm = sweep_new_shm(shm_before);
+  r.summaries = scheduler_->summaries();
+  r.warnings = warn_.given();
+  if (auto error = scheduler_->write_error(); !error)
+    return core::status(error.code(), error.message() + "; stopped: the " + std::to_string(r.resumed + r.performed) +
+                                          " runs recorded before it are intact in " + results_path_.string() +
+                                          ", and --resume performs the rest once it can be written");
+  return r;
+}
+
+}  // namespace
+
+core::result<campaign_result> run_campaign(const campaign_options& o) {
+  if (auto s = check_options(o); !s) return s;
+  campaign c(o);
+  if (auto s = c.open(); !s) return s;
+  return c.perform();
 }
 
 }  // namespace faultline::harness

@@ -3,11 +3,9 @@
 #include "harness/run/containment.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <condition_variable>
 #include <limits>
 #include <map>
@@ -21,6 +19,8 @@
 #include "core/points/random.h"
 #include "harness/campaign/duration.h"
 #include "harness/campaign/fault_space.h"
+#include "harness/campaign/scenario_variant.h"
+#include "harness/campaign/state_file.h"
 #include "harness/detail/sys.h"
 #include "harness/run/core_dump.h"
 #include "harness/run/process.h"
@@ -56,23 +56,15 @@ nlohmann::json to_json(const soak_state& s) {
   for (const auto& [name, space] : s.scenarios) scenarios.push_back({{"name", name}, {"fault_space", space}});
   nlohmann::json command = nullptr;
   if (s.command) command = {{"argv", s.command->first}, {"faults", s.command->second}};
-  return {{"format", 1},           {"seed", s.seed},     {"budget_ms", s.budget.count()},
-          {"spent_ms", s.spent.count()}, {"shard", s.shard}, {"scenarios", scenarios},
-          {"command", command},    {"runs", s.runs},     {"failures", s.failures},
-          {"harness_leaks", s.harness_leaks}, {"started", s.started}, {"updated", s.updated}, {"finished", s.finished}};
+  return {{"seed", s.seed},      {"budget_ms", s.budget.count()}, {"spent_ms", s.spent.count()},
+          {"shard", s.shard},    {"scenarios", scenarios},        {"command", command},
+          {"runs", s.runs},      {"failures", s.failures},        {"harness_leaks", s.harness_leaks},
+          {"started", s.started}, {"updated", s.updated},         {"finished", s.finished}};
 }
 
 core::result<std::optional<soak_state>> read_state(const fs::path& out_dir) {
-  const fs::path path = out_dir / soak_state_file;
-  auto text = detail::read_file(path, 16 << 20);
-  if (!text) {
-    if (text.code() == core::errc::not_found) return std::optional<soak_state>();
-    return text.error();
-  }
   soak_state s;
-  try {
-    auto j = nlohmann::json::parse(*text);
-    if (j.at("format").get<int>() != 1) throw nlohmann::json::other_error::create(501, "unknown format " + j.at("format").dump(), &j);
+  auto found = read_state_file(out_dir / soak_state_file, "soak state", [&s](const nlohmann::json& j) {
     s.seed = j.at("seed").get<std::uint64_t>();
     s.budget = milliseconds(j.at("budget_ms").get<std::int64_t>());
     s.spent = milliseconds(j.at("spent_ms").get<std::int64_t>());
@@ -86,26 +78,13 @@ core::result<std::optional<soak_state>> read_state(const fs::path& out_dir) {
     s.failures = j.value("failures", std::uint64_t{0});
     s.harness_leaks = j.value("harness_leaks", std::vector<std::string>());
     s.started = j.value("started", std::string());
-  } catch (const nlohmann::json::exception& e) {
-    return core::status(core::errc::corrupt, path.string() + " is not a faultline soak state: " + e.what());
-  }
+  });
+  if (!found) return found.error();
+  if (!*found) return std::optional<soak_state>();
   return std::optional<soak_state>(std::move(s));
 }
 
-// Written to a temporary file and renamed over the old one: a reader (or a resume after a kill
-// at any moment) sees the old state or the new one, never half of one.
-core::status write_state(const fs::path& out_dir, const soak_state& s) {
-  const fs::path path = out_dir / soak_state_file;
-  const fs::path tmp = out_dir / (std::string(soak_state_file) + ".tmp");
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return detail::sys_error(errno, "open " + tmp.string());
-  auto st = detail::write_all(fd, to_json(s).dump(2) + "\n", "write " + tmp.string());
-  if (st && ::fsync(fd) != 0) st = detail::sys_error(errno, "fsync " + tmp.string());
-  ::close(fd);
-  if (st && ::rename(tmp.c_str(), path.c_str()) != 0) st = detail::sys_error(errno, "rename " + tmp.string());
-  if (!st) ::unlink(tmp.c_str());
-  return st;
-}
+core::status write_state(const fs::path& out_dir, const soak_state& s) { return write_state_file(out_dir / soak_state_file, to_json(s)); }
 
 core::status refuse(const fs::path& out_dir, const std::string& why) {
   return core::status(core::errc::invalid_argument, "cannot resume the soak in " + out_dir.string() + ": " + why +
@@ -328,13 +307,8 @@ std::vector<variant> soak_variants(const soak_options& o) {
   if (o.command) return {*o.command};
   std::vector<variant> variants;
   for (const auto& sc : o.scenarios) {
-    variant v;
-    v.name = sc.name;
-    v.argv = {o.scenario_binary.string(), "run", sc.name};
-    v.timeout = milliseconds(static_cast<std::int64_t>(static_cast<double>(sc.timeout.count()) * o.timeout_scale));
-    v.in_run_dir = true;
-    v.slots = sc.slots;
-    variants.push_back(std::move(v));
+    const milliseconds timeout(static_cast<std::int64_t>(static_cast<double>(sc.timeout.count()) * o.timeout_scale));
+    variants.push_back(scenario_variant(sc, sc.name, "", timeout, {}, o.scenario_binary));
   }
   return variants;
 }
@@ -398,164 +372,265 @@ void count_runs(soak_state& state, const campaign_result& c) {
   state.finished = c.deadline_reached;
 }
 
+// The state the soak starts from, once OUT may hold it (`recorded`: what OUT held, read under
+// the soak's lock): the user's choice checked, an earlier soak or campaign cleared when it is
+// replaced, OUT created.
+core::result<soak_state> open_out_dir(const soak_options& o, const recorded_campaign& recorded) {
+  if (auto s = check_out_dir_choice(o.out_dir, o.resume, o.replace); !s) return s;
+  auto state = starting_state(o);
+  if (!state) return state.error();
+  // A new soak replaces an earlier one in the directory only when asked (checked above).
+  if (!o.resume && recorded.any()) {
+    if (auto s = clear_recorded_campaign(o.out_dir); !s) return s;
+    if (o.warn) o.warn("replaced the earlier " + std::string(recorded.soak ? "soak" : "campaign") + " in " + o.out_dir.string() + " (--replace)");
+  }
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  if (ec) return core::status(core::errc::io_error, "create " + o.out_dir.string() + ": " + ec.message());
+  return state;
+}
+
+// The soak's state (OUT/soak.json) while it runs, and its clock: the campaign's checkpoints, the
+// reporter thread and the end each update and write it, one at a time. The budget spent counts
+// from the state's `spent` (a resume's) and the moment this keeper is made.
+class state_keeper {
+ public:
+  state_keeper(const soak_options& o, soak_state state)
+      : o_(o),
+        start_(clock_type::now()),
+        spent_before_(state.spent),
+        budget_(state.budget),
+        last_write_(start_),
+        state_(std::move(state)) {}
+
+  [[nodiscard]] std::uint64_t seed() const { return state_.seed; }  // never changes
+  [[nodiscard]] milliseconds spent() const {
+    return spent_before_ + std::chrono::duration_cast<milliseconds>(clock_type::now() - start_);
+  }
+  // What was left of the budget at the start.
+  [[nodiscard]] milliseconds left() const { return budget_ > spent_before_ ? budget_ - spent_before_ : milliseconds(0); }
+  [[nodiscard]] clock_type::time_point deadline() const { return start_ + left(); }
+  // The end of the progress line: ", 12m of 8h budget".
+  [[nodiscard]] std::string budget_line() const {
+    return ", " + format_duration(std::chrono::duration_cast<std::chrono::seconds>(spent())) + " of " + format_duration(budget_) +
+           " budget";
+  }
+
+  // Written as it is (the soak's start).
+  core::status write() {
+    std::lock_guard lock(mu_);
+    return write_state(o_.out_dir, state_);
+  }
+  // Written with the time spent so far (the reporter's rewrite); a failure is a warning.
+  void update() {
+    std::lock_guard lock(mu_);
+    stamp();
+    write_or_warn();
+  }
+  // A checkpoint's: the leaks found and the runs recorded so far (a resume's included), written
+  // at most once a second, or at once when a leak was found.
+  void checkpoint(std::vector<std::string> found, std::uint64_t runs, std::uint64_t failures) {
+    std::lock_guard lock(mu_);
+    const bool leaked = !found.empty();
+    add_leaks(std::move(found));
+    state_.runs = runs;
+    state_.failures = failures;
+    if (clock_type::now() - last_write_ < std::chrono::seconds(1) && !leaked) return;
+    last_write_ = clock_type::now();
+    stamp();
+    write_or_warn();
+  }
+  // The last one, whatever the campaign's fate (`c` null: it failed), so that a failed write
+  // elsewhere does not lose what the soak knows. Returns the write's status and the state written.
+  std::pair<core::status, soak_state> finish(std::vector<std::string> found, const campaign_result* c) {
+    std::lock_guard lock(mu_);
+    add_leaks(std::move(found));
+    stamp();
+    if (c) count_runs(state_, *c);
+    return {write_state(o_.out_dir, state_), state_};
+  }
+
+ private:
+  void stamp() {
+    state_.spent = spent();
+    state_.updated = iso_now();
+  }
+  void write_or_warn() {
+    if (auto s = write_state(o_.out_dir, state_); !s && o_.warn) o_.warn("cannot update " + std::string(soak_state_file) + ": " + s.message());
+  }
+  void add_leaks(std::vector<std::string> found) {
+    for (auto& f : found) {
+      if (o_.warn) o_.warn("harness leak: " + f);
+      state_.harness_leaks.push_back(std::move(f));
+    }
+  }
+
+  const soak_options& o_;
+  const clock_type::time_point start_;
+  const milliseconds spent_before_, budget_;
+  std::mutex mu_;  // guards everything below
+  clock_type::time_point last_write_;
+  soak_state state_;
+};
+
+// The soak's report, OUT/report.{html,md}, written through soak_options::write_report (none: no
+// report). Its files are open while it writes: the descriptor check holds files() meanwhile.
+class soak_report {
+ public:
+  soak_report(const soak_options& o, std::uint64_t seed)
+      : o_(o), seed_(seed), html_(o.out_dir / "report.html"), markdown_(o.out_dir / "report.md") {}
+
+  std::mutex& files() { return files_mu_; }
+
+  // 0 when every file was written; -1 with no writer; a failure is a warning.
+  int write(bool final) {
+    if (!o_.write_report) return -1;
+    soak_report_request r;
+    r.out_dir = o_.out_dir;
+    r.html = html_;
+    r.markdown = markdown_;
+    r.plotly_js = o_.plotly_js;
+    r.title = "faultline soak, seed " + std::to_string(seed_) + (final ? "" : " (running)");
+    std::ostringstream out, err;
+    std::unique_lock files(files_mu_);
+    const int rc = o_.write_report(r, out, err);
+    files.unlock();
+    if (rc != 0 && o_.warn) {
+      std::string why = err.str();
+      while (!why.empty() && why.back() == '\n') why.pop_back();
+      o_.warn("the soak's report was not (fully) written: " + why);
+    }
+    return rc;
+  }
+
+  // The last one, named in `result` as far as it was written.
+  void write_final(soak_result& result) {
+    std::error_code ec;
+    if (write(true) == 0) {
+      result.report_html = html_;
+      result.report_markdown = markdown_;
+    } else if (o_.write_report && fs::exists(markdown_, ec)) {
+      result.report_markdown = markdown_;
+    }
+  }
+
+ private:
+  const soak_options& o_;
+  const std::uint64_t seed_;
+  const fs::path html_, markdown_;
+  std::mutex files_mu_;
+};
+
+// A thread that calls `tick` every `every` until stop() (or the destructor), which joins it: the
+// soak's state and report rewritten while the runs go on (a line being appended while the report
+// reads is a torn last line, which the reader skips).
+class reporter {
+ public:
+  reporter(milliseconds every, std::function<void()> tick)
+      : every_(every), tick_(std::move(tick)), thread_([this] { loop(); }) {}
+  reporter(const reporter&) = delete;
+  reporter& operator=(const reporter&) = delete;
+  ~reporter() { stop(); }
+
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mu_);
+    while (!cv_.wait_for(lock, every_, [this] { return done_; })) {
+      lock.unlock();
+      tick_();
+      lock.lock();
+    }
+  }
+
+  const milliseconds every_;
+  const std::function<void()> tick_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;     // under mu_
+  std::thread thread_;    // last: it starts once the members above are made
+};
+
+// The checks after the campaign: an entry seen unheld for the first time gets its second look.
+std::vector<std::string> last_leak_check(leak_checker& leaks, std::uint64_t after_runs) {
+  std::vector<std::string> found = leaks.check(after_runs);
+  if (leaks.has_suspects()) {
+    std::this_thread::sleep_for(leak_checker::settle);
+    for (auto& f : leaks.check(after_runs)) found.push_back(std::move(f));
+  }
+  return found;
+}
+
+// The paths the soak itself keeps open while it runs, which are no leak: its results file and
+// the report and state being rewritten.
+std::vector<std::string> own_files(const fs::path& out_dir) {
+  std::error_code ec;
+  const fs::path out_abs = fs::absolute(out_dir, ec).lexically_normal();
+  return {(out_abs / "results.jsonl").string(), (out_abs / "report.").string(), (out_abs / soak_state_file).string()};
+}
+
 }  // namespace
 
 core::result<soak_result> run_soak(const soak_options& o) {
   if (auto s = check_options(o); !s) return s;
-
   // Held until the last state and report are written; the campaign runs under it (c.out_lock).
   auto out_lock = out_dir_lock::acquire(o.out_dir);
   if (!out_lock) return out_lock.error();
-
-  std::error_code ec;
   auto recorded = find_recorded_campaign(o.out_dir, false);
   if (!recorded) return recorded.error();
-  if (auto s = check_out_dir_choice(o.out_dir, o.resume, o.replace); !s) return s;
-  auto started = starting_state(o);
+  auto started = open_out_dir(o, *recorded);
   if (!started) return started.error();
-  soak_state state = std::move(*started);
+  state_keeper state(o, std::move(*started));
+  if (auto s = state.write(); !s) return s;
 
-  // A new soak replaces an earlier one in the directory only when asked (checked above).
-  if (!o.resume && recorded->any()) {
-    if (auto s = clear_recorded_campaign(o.out_dir); !s) return s;
-    if (o.warn) o.warn("replaced the earlier " + std::string(recorded->soak ? "soak" : "campaign") + " in " + o.out_dir.string() + " (--replace)");
-  }
-  fs::create_directories(o.out_dir, ec);
-  if (ec) return core::status(core::errc::io_error, "create " + o.out_dir.string() + ": " + ec.message());
-
-  soak_result result;
-  result.seed = state.seed;
-  result.harness_leaks = state.harness_leaks;
-  const milliseconds spent_before = state.spent;
-  const auto start = clock_type::now();
-  auto spent = [&] { return spent_before + std::chrono::duration_cast<milliseconds>(clock_type::now() - start); };
-  const milliseconds left = state.budget > spent_before ? state.budget - spent_before : milliseconds(0);
-
-  std::mutex mu;  // guards state and result.harness_leaks from the checkpoint and reporter threads
-  auto warn = [&](const std::string& text) {
-    if (o.warn) o.warn(text);
-  };
-  if (auto s = write_state(o.out_dir, state); !s) return s;
-
-  const std::uint64_t seed = state.seed;
-  campaign_options c = soak_campaign(o, seed);
+  campaign_options c = soak_campaign(o, state.seed());
   // The campaign continues when there is one (results or its manifest): a soak killed before
   // its campaign began has only its state.
   c.resume = o.resume && (recorded->results || recorded->manifest);
   c.out_lock = &*out_lock;
-  c.deadline = start + left;
-  c.progress_suffix = [&] {
-    return ", " + format_duration(std::chrono::duration_cast<std::chrono::seconds>(spent())) + " of " +
-           format_duration(state.budget) + " budget";
-  };
+  c.deadline = state.deadline();
+  c.progress_suffix = [&state] { return state.budget_line(); };
 
-  prepare_harness(o, warn);
-  // Between runs: the leak checks (every few runs) and the state (at most once a second).
-  const fs::path out_abs = fs::absolute(o.out_dir, ec).lexically_normal();
-  leak_checker leaks(o.grace, {(out_abs / "results.jsonl").string(), (out_abs / "report.").string(),
-                               (out_abs / soak_state_file).string()});
-  auto last_state = clock_type::now();
+  prepare_harness(o, [&o](const std::string& text) {
+    if (o.warn) o.warn(text);
+  });
+  // Between runs: the leak checks (every few runs) and the state (at most once a second). The
+  // descriptors are compared with those of now, the harness prepared.
+  leak_checker leaks(o.grace, own_files(o.out_dir));
+  soak_report report(o, state.seed());
   c.checkpoint_runs = std::max<std::uint64_t>(1, std::uint64_t{4} * o.jobs);
-  // The reporter's files are open while it writes: the descriptor check waits for it.
-  std::mutex report_files_mu;
   c.checkpoint = [&](std::uint64_t recorded_runs, std::uint64_t failures) {
-    std::vector<std::string> found;
-    {
-      std::lock_guard files(report_files_mu);
-      found = leaks.check(recorded_runs);
-    }
-    std::lock_guard lock(mu);
-    for (auto& f : found) {
-      warn("harness leak: " + f);
-      result.harness_leaks.push_back(f);
-      state.harness_leaks.push_back(std::move(f));
-    }
-    // What soak.json says while the soak runs: every run recorded so far, a resume's included.
-    state.runs = recorded_runs;
-    state.failures = failures;
-    if (clock_type::now() - last_state >= std::chrono::seconds(1) || !found.empty()) {
-      last_state = clock_type::now();
-      state.spent = spent();
-      state.updated = iso_now();
-      if (auto s = write_state(o.out_dir, state); !s) warn("cannot update " + std::string(soak_state_file) + ": " + s.message());
-    }
-  };
-
-  // The report, rewritten every report_every by a thread of its own (the runs go on meanwhile;
-  // a line being appended while it reads is a torn last line, which the reader skips).
-  const fs::path html = o.out_dir / "report.html", markdown = o.out_dir / "report.md";
-  auto write_report = [&](bool final) {
-    if (!o.write_report) return -1;
-    soak_report_request r;
-    r.out_dir = o.out_dir;
-    r.html = html;
-    r.markdown = markdown;
-    r.plotly_js = o.plotly_js;
-    r.title = "faultline soak, seed " + std::to_string(seed) + (final ? "" : " (running)");
-    std::ostringstream out, err;
-    std::unique_lock files(report_files_mu);
-    const int rc = o.write_report(r, out, err);
+    std::unique_lock files(report.files());  // the reporter's files are open while it writes
+    auto found = leaks.check(recorded_runs);
     files.unlock();
-    if (rc != 0) {
-      std::string why = err.str();
-      while (!why.empty() && why.back() == '\n') why.pop_back();
-      warn("the soak's report was not (fully) written: " + why);
-    }
-    return rc;
+    state.checkpoint(std::move(found), recorded_runs, failures);
   };
-  std::mutex report_mu;
-  std::condition_variable report_cv;
-  bool done = false;
-  std::thread reporter([&] {
-    std::unique_lock lock(report_mu);
-    while (!report_cv.wait_for(lock, o.report_every, [&] { return done; })) {
-      lock.unlock();
-      {
-        std::lock_guard state_lock(mu);
-        state.spent = spent();
-        state.updated = iso_now();
-        if (auto s = write_state(o.out_dir, state); !s) warn("cannot update " + std::string(soak_state_file) + ": " + s.message());
-      }
-      write_report(false);
-      lock.lock();
-    }
+  reporter rewrites(o.report_every, [&] {
+    state.update();
+    report.write(false);
   });
   auto campaign = run_campaign(c);
-  {
-    std::lock_guard lock(report_mu);
-    done = true;
-  }
-  report_cv.notify_all();
-  reporter.join();
+  rewrites.stop();
 
-  // The final check and state, whatever the campaign's fate: a failed write must not lose what
-  // the soak knows. An entry seen unheld for the first time gets its second look.
-  std::vector<std::string> last_found = leaks.check(campaign ? campaign->performed : 0);
-  if (leaks.has_suspects()) {
-    std::this_thread::sleep_for(leak_checker::settle);
-    for (auto& f : leaks.check(campaign ? campaign->performed : 0)) last_found.push_back(std::move(f));
-  }
-  for (auto& f : last_found) {
-    warn("harness leak: " + f);
-    result.harness_leaks.push_back(f);
-    state.harness_leaks.push_back(std::move(f));
-  }
-  state.spent = spent();
-  state.updated = iso_now();
-  if (campaign) count_runs(state, *campaign);
-  auto state_written = write_state(o.out_dir, state);
+  auto [written, last] = state.finish(last_leak_check(leaks, campaign ? campaign->performed : 0), campaign ? &*campaign : nullptr);
   if (!campaign) return campaign.error();
-  if (!state_written) return state_written;
+  if (!written) return written;
+  soak_result result;
   result.campaign = std::move(*campaign);
-  result.spent = state.spent;
-  result.budget_spent = result.campaign.deadline_reached || left.count() == 0;
+  result.seed = last.seed;
+  result.spent = last.spent;
+  result.harness_leaks = std::move(last.harness_leaks);
+  result.budget_spent = result.campaign.deadline_reached || state.left().count() == 0;
   result.points_never_reached = points_never_reached(o, results_path_of(o.out_dir));
-  if (write_report(true) == 0) {
-    result.report_html = html;
-    result.report_markdown = markdown;
-  } else if (o.write_report && fs::exists(markdown, ec)) {
-    result.report_markdown = markdown;
-  }
+  report.write_final(result);
   return result;
 }
 

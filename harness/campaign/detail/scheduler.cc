@@ -1,0 +1,169 @@
+#include "harness/campaign/detail/scheduler.h"
+
+#include <algorithm>
+
+namespace faultline::harness::detail {
+namespace {
+
+std::vector<summary_key> summary_keys(const campaign_options& o) {
+  std::vector<summary_key> keys;
+  for (const auto& v : o.variants) keys.push_back({v.name, v.faults});
+  return keys;
+}
+
+std::uint64_t passes_to_keep(const campaign_options& o) {
+  switch (o.keep) {
+    case keep_policy::all: return ~std::uint64_t{0};
+    case keep_policy::none: return 0;
+    case keep_policy::failures: break;
+  }
+  return o.keep_passes;
+}
+
+}  // namespace
+
+unsigned run_numbering::slots_of(std::uint64_t k) const { return std::clamp(variant_of(k).slots, 1u, o_.jobs); }
+
+campaign_tally::campaign_tally(const campaign_options& o)
+    : shard_count_(o.part.count), summary_(summary_keys(o)), passes_kept_(o.variants.size(), 0) {}
+
+bool campaign_tally::add_resumed(const run_record& r, std::size_t variant_index) {
+  const std::uint64_t bit = r.run / shard_count_;
+  if (bit >= recorded_.size()) recorded_.resize(bit + 1, false);
+  if (recorded_[bit]) return false;
+  recorded_[bit] = true;
+  ++resumed_;
+  summary_.add(r);
+  if (r.result != outcome::pass) ++failures_;
+  else if (!r.log.empty()) ++passes_kept_[variant_index];
+  return true;
+}
+
+run_scheduler::run_scheduler(const campaign_options& o, const run_numbering& numbering, campaign_tally tally,
+                             progress_meter* progress)
+    : o_(o), numbering_(numbering), progress_(progress), passes_to_keep_(passes_to_keep(o)), tally_(std::move(tally)) {
+  stop_ = stopped_early_ = o.until_fail && tally_.failures_ > 0;
+}
+
+bool run_scheduler::is_recorded(std::uint64_t k) const {
+  const std::uint64_t bit = k / tally_.shard_count_;
+  return bit < tally_.recorded_.size() && tally_.recorded_[bit];
+}
+
+bool run_scheduler::checkpoint_due() const {
+  return o_.checkpoint && o_.checkpoint_runs > 0 && since_checkpoint_ >= o_.checkpoint_runs;
+}
+
+std::optional<std::uint64_t> run_scheduler::claim() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    const std::uint64_t total = numbering_.total();
+    while (next_ < total && (!numbering_.owns(next_) || is_recorded(next_))) ++next_;
+    if (stop_ || next_ >= total || (o_.cancel && o_.cancel->load())) return std::nullopt;
+    if (o_.deadline && std::chrono::steady_clock::now() >= *o_.deadline) {
+      deadline_reached_ = true;
+      return std::nullopt;
+    }
+    const bool due = checkpoint_due();
+    if (!due && !checkpointing_ && slots_in_use_ + numbering_.slots_of(next_) <= o_.jobs) break;
+    if (due && !checkpointing_ && in_flight_ == 0) {
+      run_checkpoint(lock);
+      continue;
+    }
+    idle_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+  const std::uint64_t k = next_++;
+  ++in_flight_;
+  slots_in_use_ += numbering_.slots_of(k);
+  return k;
+}
+
+// With no run in flight, and none starting until it returns: the checkpoint sees every run
+// recorded so far, and nothing changes under it.
+void run_scheduler::run_checkpoint(std::unique_lock<std::mutex>& lock) {
+  checkpointing_ = true;
+  since_checkpoint_ = 0;
+  const std::uint64_t recorded = tally_.resumed_ + performed_, failures = tally_.failures_;
+  lock.unlock();
+  o_.checkpoint(recorded, failures);
+  lock.lock();
+  checkpointing_ = false;
+  idle_.notify_all();
+}
+
+bool run_scheduler::keep_pass(std::uint64_t k) {
+  std::lock_guard lock(mu_);
+  std::uint64_t& kept = tally_.passes_kept_[numbering_.variant_index(k)];
+  if (kept >= passes_to_keep_) return false;
+  ++kept;
+  return true;
+}
+
+void run_scheduler::end_run(std::uint64_t k) {
+  --in_flight_;
+  slots_in_use_ -= numbering_.slots_of(k);
+  idle_.notify_all();  // a checkpoint waiting for no run in flight, a wide run for room
+}
+
+void run_scheduler::abandon(std::uint64_t k) {
+  std::lock_guard lock(mu_);
+  end_run(k);
+}
+
+void run_scheduler::record(std::uint64_t k, const run_record& r) {
+  std::lock_guard lock(mu_);
+  end_run(k);
+  ++since_checkpoint_;
+  ++performed_;
+  tally_.summary_.add(r);
+  if (r.result != outcome::pass) {
+    ++tally_.failures_;
+    if (o_.until_fail) stop_ = stopped_early_ = true;
+  }
+  if (progress_) progress_->update(performed_, tally_.failures_);
+}
+
+void run_scheduler::writing_failed(std::uint64_t k, const core::status& error) {
+  std::lock_guard lock(mu_);
+  end_run(k);
+  // Nothing more can be recorded (a full disk, say): a run performed now would be lost.
+  if (write_error_.is_ok()) write_error_ = error;
+  stop_ = true;
+}
+
+bool run_scheduler::stopped() const {
+  std::lock_guard lock(mu_);
+  return stop_;
+}
+
+bool run_scheduler::stopped_early() const {
+  std::lock_guard lock(mu_);
+  return stopped_early_;
+}
+
+bool run_scheduler::deadline_reached() const {
+  std::lock_guard lock(mu_);
+  return deadline_reached_;
+}
+
+std::uint64_t run_scheduler::resumed() const {
+  std::lock_guard lock(mu_);
+  return tally_.resumed_;
+}
+
+std::uint64_t run_scheduler::performed() const {
+  std::lock_guard lock(mu_);
+  return performed_;
+}
+
+core::status run_scheduler::write_error() const {
+  std::lock_guard lock(mu_);
+  return write_error_;
+}
+
+std::vector<variant_summary> run_scheduler::summaries() const {
+  std::lock_guard lock(mu_);
+  return tally_.summary_.summaries();
+}
+
+}  // namespace faultline::harness::detail

@@ -1,0 +1,245 @@
+// run_scheduler, run_numbering and campaign_tally: the bookkeeping of a campaign's worker threads
+// without a process run. The goal: runs are handed out in run-number order, skipping other
+// shards' and those a resume found; a run starts only while its slots fit in jobs, and a wide one
+// waits rather than being overtaken; a checkpoint runs with no run in flight, sees every run
+// recorded, and holds new runs back while it runs; until_fail, a record that cannot be written,
+// the cancel flag and the deadline each stop the handing out. Method: the tests play the workers
+// themselves, claiming and recording by hand; a claim expected to block runs on a thread of its
+// own, checked not to return until the event that frees it.
+#include "harness/campaign/detail/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace faultline::harness::detail {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Two variants, "a" (1 slot) and "b" (`b_slots`), repeated `repeat` times.
+campaign_options two_variants(std::uint64_t repeat, unsigned jobs, unsigned b_slots = 1) {
+  campaign_options o;
+  o.variants.resize(2);
+  o.variants[0].name = "a";
+  o.variants[1].name = "b";
+  o.variants[1].slots = b_slots;
+  o.repeat = repeat;
+  o.jobs = jobs;
+  o.seed = 100;
+  return o;
+}
+
+run_record scheduled_record(const run_numbering& n, std::uint64_t k, outcome result = outcome::pass) {
+  run_record r;
+  r.run = k;
+  r.name = n.variant_of(k).name;
+  r.seed = n.seed_of(k);
+  r.result = result;
+  r.log = "logs/x.log";
+  return r;
+}
+
+// A claim on a thread of its own, for one that must wait.
+std::future<std::optional<std::uint64_t>> claim_later(run_scheduler& s) {
+  return std::async(std::launch::async, [&s] { return s.claim(); });
+}
+
+bool still_waiting(std::future<std::optional<std::uint64_t>>& f) { return f.wait_for(300ms) == std::future_status::timeout; }
+
+TEST(run_numbering, numbers_round_robin_or_rotating_per_shard) {
+  campaign_options o = two_variants(3, 1);
+  run_numbering n(o);
+  EXPECT_EQ(n.total(), 6u);
+  EXPECT_EQ(n.variant_of(3).name, "b");
+  EXPECT_EQ(n.seed_of(3), 101u);  // repetition 1 of b
+  o.rotate_per_shard = true;
+  o.part.index = 1;
+  o.part.count = 2;
+  // Run k is variant (k / 2) mod 2: shard 1's runs 1, 3, 5 are a, b, a.
+  EXPECT_EQ(n.variant_of(1).name, "a");
+  EXPECT_EQ(n.variant_of(3).name, "b");
+  EXPECT_EQ(n.variant_of(5).name, "a");
+  EXPECT_EQ(n.seed_of(3), 103u);
+  o.faults_of = [](std::uint64_t k, const variant& v) { return v.name + std::to_string(k); };
+  EXPECT_EQ(n.faults_of(5), "a5");
+}
+
+TEST(run_numbering, slots_stay_within_one_and_jobs) {
+  campaign_options o = two_variants(1, 4, 9);
+  o.variants[0].slots = 0;
+  run_numbering n(o);
+  EXPECT_EQ(n.slots_of(0), 1u);
+  EXPECT_EQ(n.slots_of(1), 4u);
+}
+
+TEST(run_scheduler, hands_out_runs_in_order_skipping_other_shards_and_recorded_ones) {
+  campaign_options o = two_variants(4, 8);
+  o.part.index = 1;
+  o.part.count = 2;
+  run_numbering n(o);
+  campaign_tally tally(o);
+  EXPECT_TRUE(tally.add_resumed(scheduled_record(n, 3), n.variant_index(3)));
+  EXPECT_FALSE(tally.add_resumed(scheduled_record(n, 3), n.variant_index(3)));  // recorded twice: once
+  EXPECT_EQ(tally.resumed(), 1u);
+  run_scheduler s(o, n, std::move(tally), nullptr);
+  std::vector<std::uint64_t> claimed;
+  while (auto k = s.claim()) claimed.push_back(*k);
+  EXPECT_EQ(claimed, (std::vector<std::uint64_t>{1, 5, 7}));
+  EXPECT_EQ(s.resumed(), 1u);
+}
+
+TEST(run_scheduler, a_wide_run_waits_for_room_and_is_not_overtaken) {
+  campaign_options o = two_variants(2, 2, 2);  // runs: a, b (2 slots), a, b (2 slots)
+  run_numbering n(o);
+  run_scheduler s(o, n, campaign_tally(o), nullptr);
+  ASSERT_EQ(s.claim(), 0u);
+  auto wide = claim_later(s);
+  EXPECT_TRUE(still_waiting(wide)) << "run 1 takes both slots while run 0 holds one";
+  s.record(0, scheduled_record(n, 0));
+  EXPECT_EQ(wide.get(), 1u);
+  auto narrow = claim_later(s);
+  EXPECT_TRUE(still_waiting(narrow)) << "run 2 waits for the wide run 1";
+  s.record(1, scheduled_record(n, 1));
+  EXPECT_EQ(narrow.get(), 2u);
+  auto wide_again = claim_later(s);
+  EXPECT_TRUE(still_waiting(wide_again)) << "run 3 takes both slots while run 2 holds one";
+  s.abandon(2);
+  EXPECT_EQ(wide_again.get(), 3u);
+  s.record(3, scheduled_record(n, 3));
+  EXPECT_EQ(s.claim(), std::nullopt);
+}
+
+TEST(run_scheduler, a_checkpoint_waits_for_the_runs_in_flight_and_holds_new_runs_back) {
+  campaign_options o = two_variants(3, 2);
+  std::atomic<int> checkpoints{0};
+  std::uint64_t seen_recorded = 0, seen_failures = 0;
+  std::promise<void> entered, release;
+  auto released = release.get_future().share();
+  o.checkpoint_runs = 2;
+  o.checkpoint = [&](std::uint64_t recorded, std::uint64_t failures) {
+    seen_recorded = recorded;
+    seen_failures = failures;
+    if (checkpoints++ == 0) {
+      entered.set_value();
+      released.wait();
+    }
+  };
+  run_numbering n(o);
+  campaign_tally tally(o);
+  ASSERT_TRUE(tally.add_resumed(scheduled_record(n, 0, outcome::crash), n.variant_index(0)));
+  run_scheduler s(o, n, std::move(tally), nullptr);
+  ASSERT_EQ(s.claim(), 1u);
+  ASSERT_EQ(s.claim(), 2u);
+  s.record(1, scheduled_record(n, 1));
+  ASSERT_EQ(s.claim(), 3u);  // one run recorded: no checkpoint due yet
+  s.record(2, scheduled_record(n, 2, outcome::fail));
+  auto held = claim_later(s);
+  EXPECT_TRUE(still_waiting(held)) << "a checkpoint is due, and run 3 is in flight";
+  EXPECT_EQ(checkpoints.load(), 0);
+  s.abandon(3);  // none in flight: the waiting claim runs the checkpoint itself
+  entered.get_future().wait();
+  auto other = claim_later(s);
+  EXPECT_TRUE(still_waiting(other)) << "no run starts while the checkpoint runs";
+  release.set_value();
+  const auto a = held.get(), b = other.get();
+  EXPECT_EQ(checkpoints.load(), 1);
+  EXPECT_EQ(seen_recorded, 3u);  // the resumed run and the two performed
+  EXPECT_EQ(seen_failures, 2u);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(std::min(*a, *b), 4u);
+  EXPECT_EQ(std::max(*a, *b), 5u);
+}
+
+TEST(run_scheduler, until_fail_stops_at_a_failure_recorded_or_resumed) {
+  campaign_options o = two_variants(5, 1);
+  o.until_fail = true;
+  run_numbering n(o);
+  {
+    run_scheduler s(o, n, campaign_tally(o), nullptr);
+    EXPECT_FALSE(s.stopped());
+    ASSERT_EQ(s.claim(), 0u);
+    s.record(0, scheduled_record(n, 0, outcome::hang));
+    EXPECT_EQ(s.claim(), std::nullopt);
+    EXPECT_TRUE(s.stopped_early());
+    EXPECT_EQ(s.performed(), 1u);
+  }
+  campaign_tally tally(o);
+  tally.add_resumed(scheduled_record(n, 4, outcome::fail), n.variant_index(4));
+  run_scheduler s(o, n, std::move(tally), nullptr);
+  EXPECT_TRUE(s.stopped());
+  EXPECT_TRUE(s.stopped_early());
+  EXPECT_EQ(s.claim(), std::nullopt);
+}
+
+TEST(run_scheduler, a_record_that_cannot_be_written_stops_it_keeping_the_first_error) {
+  campaign_options o = two_variants(3, 2);
+  run_numbering n(o);
+  run_scheduler s(o, n, campaign_tally(o), nullptr);
+  ASSERT_EQ(s.claim(), 0u);
+  ASSERT_EQ(s.claim(), 1u);
+  s.writing_failed(0, core::status(core::errc::io_error, "disk full"));
+  s.writing_failed(1, core::status(core::errc::io_error, "again"));
+  EXPECT_EQ(s.claim(), std::nullopt);
+  EXPECT_EQ(s.write_error().message(), "disk full");
+  EXPECT_FALSE(s.stopped_early());
+  EXPECT_EQ(s.performed(), 0u);
+}
+
+TEST(run_scheduler, the_cancel_and_the_deadline_stop_it) {
+  campaign_options o = two_variants(3, 1);
+  std::atomic<bool> cancel{true};
+  o.cancel = &cancel;
+  run_numbering n(o);
+  run_scheduler cancelled(o, n, campaign_tally(o), nullptr);
+  EXPECT_EQ(cancelled.claim(), std::nullopt);
+  EXPECT_FALSE(cancelled.deadline_reached());
+  cancel = false;
+  o.deadline = std::chrono::steady_clock::now();
+  run_scheduler late(o, n, campaign_tally(o), nullptr);
+  EXPECT_EQ(late.claim(), std::nullopt);
+  EXPECT_TRUE(late.deadline_reached());
+}
+
+TEST(run_scheduler, keeps_the_files_of_the_first_passes_of_each_variant) {
+  campaign_options o = two_variants(10, 1);
+  o.keep_passes = 2;
+  run_numbering n(o);
+  campaign_tally tally(o);
+  tally.add_resumed(scheduled_record(n, 0), n.variant_index(0));  // a pass of "a" with its log: kept
+  run_scheduler s(o, n, std::move(tally), nullptr);
+  EXPECT_TRUE(s.keep_pass(2));
+  EXPECT_FALSE(s.keep_pass(4));
+  EXPECT_TRUE(s.keep_pass(1));
+  EXPECT_TRUE(s.keep_pass(3));
+  EXPECT_FALSE(s.keep_pass(5));
+  o.keep = keep_policy::none;
+  run_scheduler none(o, n, campaign_tally(o), nullptr);
+  EXPECT_FALSE(none.keep_pass(0));
+  o.keep = keep_policy::all;
+  run_scheduler all(o, n, campaign_tally(o), nullptr);
+  for (std::uint64_t k = 0; k < 10; ++k) EXPECT_TRUE(all.keep_pass(k));
+}
+
+TEST(run_scheduler, summaries_count_resumed_and_performed_runs) {
+  campaign_options o = two_variants(2, 1);
+  run_numbering n(o);
+  campaign_tally tally(o);
+  tally.add_resumed(scheduled_record(n, 0, outcome::crash), n.variant_index(0));
+  run_scheduler s(o, n, std::move(tally), nullptr);
+  while (auto k = s.claim()) s.record(*k, scheduled_record(n, *k));
+  const auto sums = s.summaries();
+  ASSERT_EQ(sums.size(), 2u);
+  EXPECT_EQ(sums[0].runs, 2u);
+  EXPECT_EQ(sums[0].failures, 1u);
+  EXPECT_EQ(sums[1].runs, 2u);
+  EXPECT_EQ(s.performed(), 3u);
+}
+
+}  // namespace
+}  // namespace faultline::harness::detail
