@@ -788,21 +788,16 @@ std::vector<std::string> read_points(const fs::path& run_dir) {
   return {reached.begin(), reached.end()};
 }
 
-classification classify(const run_evidence& e) {
-  classification c;
-  if (e.spawn_failed) {
-    c.result = outcome::error;
-    c.signature = "error: " + e.spawn_error;
-    return c;
-  }
-  if (e.wait_status) {
-    if (WIFEXITED(*e.wait_status)) c.exit_code = WEXITSTATUS(*e.wait_status);
-    else if (WIFSIGNALED(*e.wait_status)) c.signal = WTERMSIG(*e.wait_status);
-  }
+namespace {
 
-  // Crash reports: the leader's if it wrote one, else the earliest.
-  std::optional<crash_report> crash;
-  pid_t crash_pid = 0;
+// The agent's crash report a verdict is about: the leader's if it wrote one, else the earliest.
+struct found_crash {
+  std::optional<crash_report> report;
+  pid_t pid = 0;
+};
+
+found_crash find_crash_report(const run_evidence& e) {
+  found_crash found;
   fs::file_time_type crash_time{};
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(e.run_dir, ec)) {
@@ -814,87 +809,132 @@ classification classify(const run_evidence& e) {
     auto r = parse_crash(*text);
     if (!r) continue;
     auto t = entry.last_write_time(ec);
-    bool better = !crash || (pid == e.leader && crash_pid != e.leader) || (crash_pid != e.leader && t < crash_time);
+    bool better = !found.report || (pid == e.leader && found.pid != e.leader) || (found.pid != e.leader && t < crash_time);
     if (better) {
-      crash = std::move(r);
-      crash_pid = pid;
+      found.report = std::move(r);
+      found.pid = pid;
       crash_time = t;
     }
   }
+  return found;
+}
 
+// Which phase a process was in when it ended: exit once it marked the exit phase, or, for the
+// leader, once gtest's tests finished.
+struct work_phases {
+  const run_evidence& e;
+  bool tests_finished = false;
+
+  phase of(pid_t pid) const {
+    return marked_phase(e.run_dir, pid) == phase::exit || (pid == e.leader && tests_finished) ? phase::exit : phase::run;
+  }
+};
+
+void classify_hang(const run_evidence& e, const work_phases& work, classification& c) {
+  c.result = outcome::hang;
+  c.when = work.of(e.leader);
+  std::string frames_sig;
+  if (!e.stacks_path.empty()) {
+    if (auto text = detail::read_file(e.stacks_path, 1 << 24)) {
+      frames_sig = hang_signature(*text);
+      // The stack shown: the first thread blocked in the program's code, else the leader's.
+      auto threads = parse_stacks(*text);
+      const std::set<pid_t> python = python_processes(threads);
+      std::vector<frame>* shown = nullptr;
+      for (auto& t : threads) {
+        if (!t.python && python.count(t.pid)) continue;
+        const bool in_program = std::any_of(t.frames.begin(), t.frames.end(), [](const frame& f) { return meaningful(f); });
+        if (!shown && ((!frames_sig.empty() && in_program) || (frames_sig.empty() && t.pid == e.leader && t.tid == e.leader)))
+          shown = &t.frames;
+      }
+      if (shown) {
+        symbolise(*shown);
+        // No thread is in the program's code: name the runtime the leader is stuck in.
+        if (frames_sig.empty()) frames_sig = frames_signature(*shown);
+        c.top_frames = top_frame_lines(*shown, top_frames_kept, false);
+      }
+    }
+  }
+  c.signature = frames_sig.empty() ? "hang" : "hang: " + frames_sig;
+}
+
+void classify_crash(const run_evidence& e, const work_phases& work, const found_crash& crash, classification& c) {
+  c.result = outcome::crash;
+  int sig = c.signal.value_or(0);
+  pid_t phase_pid = e.leader;
+  if (crash.report) {
+    if (!c.signal) c.signal = crash.report->signal;
+    sig = crash.report->signal;
+    phase_pid = crash.pid;
+  }
+  // The crashing thread's whole stack, captured out of process or from the core.
+  std::vector<frame> full;
+  if (!e.crash_stacks_path.empty()) {
+    if (auto text = detail::read_file(e.crash_stacks_path, 1 << 24)) {
+      auto threads = parse_stacks(*text);
+      if (const thread_stack* t = crashing_thread(threads, crash.report ? &*crash.report : nullptr, crash.pid)) {
+        full = t->frames;
+        if (!crash.report) phase_pid = t->pid;
+      }
+    }
+  }
+  std::vector<frame> reported = crash.report ? crash.report->frames : std::vector<frame>{};
+  symbolise_stacks({&full, &reported});
+  // Program frames from either stack first; a runtime's module+offset only when neither has
+  // one (crash.PID's frames carry offsets, gdb's do not).
+  c.top_frames = top_frame_lines(full.empty() ? reported : full);
+  std::string frames_sig = program_signature(full, 3);
+  if (frames_sig.empty()) frames_sig = program_signature(reported, 3);
+  if (frames_sig.empty()) frames_sig = runtime_signature(reported);
+  if (frames_sig.empty()) frames_sig = runtime_signature(full);
+  c.when = work.of(phase_pid);
+  c.signature = signal_name(sig) + (frames_sig.empty() ? "" : ": " + frames_sig);
+}
+
+void classify_failure(const run_evidence& e, bool tests_passed, classification& c) {
+  c.result = outcome::fail;
+  // The exit status itself is produced when main returns, so only a finished work phase (or
+  // a gtest run whose tests all passed) puts a failure at exit.
+  bool over = phase_markers(e.run_dir, e.leader).count(agent::marker_work_end) || tests_passed;
+  c.when = over ? phase::exit : phase::run;
+  auto log = detail::read_file(e.log_path, 1 << 26);
+  auto inv = log ? find_invariant(*log) : std::nullopt;
+  c.signature = inv ? *inv : "exit " + std::to_string(*c.exit_code);
+}
+
+std::string leak_signature(const run_evidence& e) {
+  std::set<std::string> what(e.leaked_comms.begin(), e.leaked_comms.end());
+  for (const auto& s : e.leaked_shm) what.insert("/dev/shm/" + s);
+  std::string list;
+  for (const auto& w : what) list += (list.empty() ? "" : ",") + w;
+  return "leak: " + list;
+}
+
+}  // namespace
+
+classification classify(const run_evidence& e) {
+  classification c;
+  if (e.spawn_failed) {
+    c.result = outcome::error;
+    c.signature = "error: " + e.spawn_error;
+    return c;
+  }
+  if (e.wait_status) {
+    if (WIFEXITED(*e.wait_status)) c.exit_code = WEXITSTATUS(*e.wait_status);
+    else if (WIFSIGNALED(*e.wait_status)) c.signal = WTERMSIG(*e.wait_status);
+  }
+  const found_crash crash = find_crash_report(e);
   const bool tests_finished = (e.premature_exit_armed && !fs::exists(e.run_dir / premature_exit_file)) ||
                               fs::exists(e.run_dir / gtest_xml_file);
   const bool tests_passed = gtest_xml_all_passed(e.run_dir / gtest_xml_file);
-  auto work_over = [&](pid_t pid) {
-    return marked_phase(e.run_dir, pid) == phase::exit || (pid == e.leader && tests_finished);
-  };
+  const work_phases work{e, tests_finished};
 
   if (e.timed_out) {
-    c.result = outcome::hang;
-    c.when = work_over(e.leader) ? phase::exit : phase::run;
-    std::string frames_sig;
-    if (!e.stacks_path.empty()) {
-      if (auto text = detail::read_file(e.stacks_path, 1 << 24)) {
-        frames_sig = hang_signature(*text);
-        // The stack shown: the first thread blocked in the program's code, else the leader's.
-        auto threads = parse_stacks(*text);
-        const std::set<pid_t> python = python_processes(threads);
-        std::vector<frame>* shown = nullptr;
-        for (auto& t : threads) {
-          if (!t.python && python.count(t.pid)) continue;
-          const bool in_program = std::any_of(t.frames.begin(), t.frames.end(), [](const frame& f) { return meaningful(f); });
-          if (!shown && ((!frames_sig.empty() && in_program) || (frames_sig.empty() && t.pid == e.leader && t.tid == e.leader)))
-            shown = &t.frames;
-        }
-        if (shown) {
-          symbolise(*shown);
-          // No thread is in the program's code: name the runtime the leader is stuck in.
-          if (frames_sig.empty()) frames_sig = frames_signature(*shown);
-          c.top_frames = top_frame_lines(*shown, top_frames_kept, false);
-        }
-      }
-    }
-    c.signature = frames_sig.empty() ? "hang" : "hang: " + frames_sig;
-  } else if (c.signal || crash) {
-    c.result = outcome::crash;
-    int sig = c.signal.value_or(0);
-    pid_t phase_pid = e.leader;
-    if (crash) {
-      if (!c.signal) c.signal = crash->signal;
-      sig = crash->signal;
-      phase_pid = crash_pid;
-    }
-    // The crashing thread's whole stack, captured out of process or from the core.
-    std::vector<frame> full;
-    if (!e.crash_stacks_path.empty()) {
-      if (auto text = detail::read_file(e.crash_stacks_path, 1 << 24)) {
-        auto threads = parse_stacks(*text);
-        if (const thread_stack* t = crashing_thread(threads, crash ? &*crash : nullptr, crash_pid)) {
-          full = t->frames;
-          if (!crash) phase_pid = t->pid;
-        }
-      }
-    }
-    std::vector<frame> reported = crash ? crash->frames : std::vector<frame>{};
-    symbolise_stacks({&full, &reported});
-    // Program frames from either stack first; a runtime's module+offset only when neither has
-    // one (crash.PID's frames carry offsets, gdb's do not).
-    c.top_frames = top_frame_lines(full.empty() ? reported : full);
-    std::string frames_sig = program_signature(full, 3);
-    if (frames_sig.empty()) frames_sig = program_signature(reported, 3);
-    if (frames_sig.empty()) frames_sig = runtime_signature(reported);
-    if (frames_sig.empty()) frames_sig = runtime_signature(full);
-    c.when = work_over(phase_pid) ? phase::exit : phase::run;
-    c.signature = signal_name(sig) + (frames_sig.empty() ? "" : ": " + frames_sig);
+    classify_hang(e, work, c);
+  } else if (c.signal || crash.report) {
+    classify_crash(e, work, crash, c);
   } else if (c.exit_code && *c.exit_code != 0) {
-    c.result = outcome::fail;
-    // The exit status itself is produced when main returns, so only a finished work phase (or
-    // a gtest run whose tests all passed) puts a failure at exit.
-    bool over = phase_markers(e.run_dir, e.leader).count(agent::marker_work_end) || tests_passed;
-    c.when = over ? phase::exit : phase::run;
-    auto log = detail::read_file(e.log_path, 1 << 26);
-    auto inv = log ? find_invariant(*log) : std::nullopt;
-    c.signature = inv ? *inv : "exit " + std::to_string(*c.exit_code);
+    classify_failure(e, tests_passed, c);
   } else if (auto late = late_cuda_calls(e.run_dir, e.leader); !late.empty()) {
     // A CUDA call after the runtime's teardown: the bug RMM #2367 fixed, silent without this.
     c.result = outcome::fail;
@@ -903,11 +943,7 @@ classification classify(const run_evidence& e) {
   } else if (!e.leaked_pids.empty() || !e.leaked_shm.empty()) {
     c.result = outcome::leak;
     c.when = phase::exit;
-    std::set<std::string> what(e.leaked_comms.begin(), e.leaked_comms.end());
-    for (const auto& s : e.leaked_shm) what.insert("/dev/shm/" + s);
-    std::string list;
-    for (const auto& w : what) list += (list.empty() ? "" : ",") + w;
-    c.signature = "leak: " + list;
+    c.signature = leak_signature(e);
   }
   return c;
 }

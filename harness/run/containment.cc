@@ -50,6 +50,8 @@ using detail::cgroups;
 using detail::cloned;
 using detail::close_fd;
 using detail::default_signal_dispositions;
+using detail::exec_image;
+using detail::exec_image_of;
 using detail::exec_keeper_program;
 using detail::keeper_program;
 using detail::keepers_mu;
@@ -66,19 +68,6 @@ using detail::watchdog_state;
 using detail::watchdog_up;
 
 std::unordered_map<pid_t, pid_t> keepers;  // program -> keeper
-
-// Waits up to `d` for the process behind `pidfd` to exit.
-bool wait_pidfd(int pidfd, std::chrono::milliseconds d) {
-  pollfd p{pidfd, POLLIN, 0};
-  auto deadline = std::chrono::steady_clock::now() + d;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    int r = ::poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count())));
-    if (r > 0) return true;
-    if (r == 0) return false;
-    if (errno != EINTR) return true;
-  }
-}
 
 // clone3 with CLONE_PIDFD and `flags`, every signal blocked across the call and the child recorded
 // as the harness's own (start_owned). The child runs `child_main`, which never returns.
@@ -234,6 +223,22 @@ core::result<std::string> resolve_program(const std::string& name) {
     start = colon + 1;
   }
   return detail::sys_error(err, "spawn " + name);
+}
+
+core::result<exec_image> exec_image_of(const spawn_options& o) {
+  auto path = resolve_program(o.argv[0]);
+  if (!path) return path.error();
+  exec_image image;
+  image.path = std::move(*path);
+  if (!o.cwd.empty() && image.path[0] != '/') {
+    std::error_code ec;
+    image.path = (std::filesystem::current_path(ec) / image.path).string();  // found from here, not o.cwd
+  }
+  for (const auto& a : o.argv) image.argv.push_back(const_cast<char*>(a.c_str()));
+  image.argv.push_back(nullptr);
+  for (const auto& e : o.envp) image.envp.push_back(const_cast<char*>(e.c_str()));
+  image.envp.push_back(nullptr);
+  return image;
 }
 
 }  // namespace detail
@@ -645,6 +650,158 @@ pid_t keeper_of(pid_t program) {
   return it == keepers.end() ? -1 : it->second;
 }
 
+namespace {
+
+// Starts the program exactly as without containment — posix_spawn from this thread — only into
+// the namespace of the idle keeper `k`, and records `k` as its keeper. On failure `k` goes back.
+core::result<child> spawn_in_namespace_of(const pooled_keeper& k, const spawn_options& o) {
+  spawn_options plain = o;
+  plain.contain = false;
+  core::result<child> c = core::status(core::errc::internal, "not started");
+  {
+    children_in_namespace in(k.ns_fd);
+    if (!in.ok()) {
+      release_keeper(k, -1);
+      return detail::sys_error(in.error(), "setns(CLONE_NEWPID)");
+    }
+    c = spawn(plain);
+  }
+  if (!c) {
+    release_keeper(k, -1);
+    return c.error();
+  }
+  std::lock_guard lock(keepers_mu);
+  keepers[c->pid()] = k.pid;
+  return c;
+}
+
+// What starting a keeper of its own holds until the keeper reported: the socket it reports on,
+// /dev/null for the program, the pipe that holds a user namespace's keeper until its id maps
+// are written, the run's cgroup, and the keeper once cloned. abandon() undoes all of it.
+struct keeper_start {
+  int sock[2] = {-1, -1};
+  int null_fd = -1;
+  int sync[2] = {-1, -1};
+  run_cgroup cg;
+  pid_t keeper = -1;
+  int keeper_pidfd = -1;
+
+  // The socket, /dev/null and (`user_ns`) the sync pipe; on failure nothing stays open.
+  core::status open_channels(bool user_ns) {
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sock) != 0) return detail::sys_error(errno, "socketpair");
+    null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null_fd < 0) {
+      int e = errno;
+      close_fd(sock[0]);
+      close_fd(sock[1]);
+      return detail::sys_error(e, "open /dev/null");
+    }
+    if (user_ns && ::pipe2(sync, O_CLOEXEC) != 0) {
+      int e = errno;
+      close_fd(sock[0]);
+      close_fd(sock[1]);
+      close_fd(null_fd);
+      return detail::sys_error(e, "pipe");
+    }
+    return {};
+  }
+
+  // Once the keeper is cloned (or not): the ends it holds now are the keeper's alone.
+  void close_keeper_ends() {
+    close_fd(sock[1]);
+    close_fd(null_fd);
+    close_fd(sync[0]);
+  }
+
+  core::status abandon(core::status s) {
+    close_fd(sock[0]);
+    close_fd(sync[1]);
+    if (keeper > 0) kill_and_reap(keeper, keeper_pidfd);
+    close_fd(keeper_pidfd);
+    if (keeper > 0) release_run_cgroup(std::move(cg));  // the keeper has exited
+    else remove_run_cgroup(cg);
+    return s;
+  }
+};
+
+keeper_plan plan_of(const spawn_options& o, const exec_image& image, const keeper_start& st, bool pid_ns) {
+  keeper_plan plan;
+  plan.pid_namespace = pid_ns;
+  plan.socket_fd = st.sock[1];
+  plan.lifeline_fd = lifeline().read_fd;
+  plan.sync_fd = st.sync[0];
+  plan.null_fd = st.null_fd;
+  plan.stdout_fd = o.stdout_fd;
+  plan.stderr_fd = o.stderr_fd;
+  plan.cgroup_procs_fd = st.cg.procs_fd;
+  plan.cgroup_kill_fd = st.cg.kill_fd;
+  plan.cgroup_dir = st.cg.dir.empty() ? nullptr : st.cg.dir.c_str();
+  plan.keep_fds = o.keep_fds.data();
+  plan.keep_count = o.keep_fds.size();
+  plan.new_process_group = o.new_process_group;
+  plan.path = image.path.c_str();
+  plan.cwd = o.cwd.empty() ? nullptr : o.cwd.c_str();
+  plan.argv = image.argv.data();
+  plan.envp = image.envp.data();
+  return plan;
+}
+
+// The keeper's first report made into the program's child; any other report fails the start.
+core::result<child> child_of_first_report(keeper_start& st, const spawn_options& o) {
+  // The keeper reports within milliseconds (clone, exec); the limit is for a machine that is
+  // swapping, not a tuning knob.
+  first_report first = receive_first(st.sock[0], st.keeper_pidfd, std::chrono::seconds(60));
+  if (!first.received) return st.abandon(core::status(core::errc::io_error, "keeper of " + o.argv[0] + " did not report"));
+  if (first.message.kind == msg_exec_failed) {
+    if (first.pidfd >= 0) ::close(first.pidfd);
+    return st.abandon(detail::sys_error(first.message.value, "spawn " + o.argv[0]));
+  }
+  if (first.message.kind != msg_started || first.pidfd < 0 || first.message.pid <= 0) {
+    if (first.pidfd >= 0) ::close(first.pidfd);
+    return st.abandon(core::status(core::errc::internal, "keeper of " + o.argv[0] + " sent a malformed report"));
+  }
+  const pid_t program = first.message.pid;
+  {
+    std::lock_guard lock(keepers_mu);
+    keepers[program] = st.keeper;
+  }
+  auto handle = std::make_unique<detail::keeper_handle>(st.keeper, st.keeper_pidfd, st.sock[0], program, std::move(st.cg));
+  return child(program, first.pidfd, std::move(handle));
+}
+
+// A keeper of the run's own (in a new pid namespace, or in the run's cgroup), which starts the
+// program and relays its exit status.
+core::result<child> spawn_behind_keeper(const spawn_options& o, containment_kind kind) {
+  // Everything the keeper and the program touch, made before the clone.
+  auto image = exec_image_of(o);
+  if (!image) return image.error();
+  const bool pid_ns = kind == containment_kind::pid_namespace;
+  const bool user_ns = pid_ns && pid_namespaces().user_namespace;
+  keeper_start st;
+  if (auto s = st.open_channels(user_ns); !s) return s;
+  if (kind == containment_kind::keeper_cgroup) st.cg = acquire_run_cgroup();
+  const keeper_plan plan = plan_of(o, *image, st, pid_ns);
+
+  const std::string& exec_keeper = pid_ns ? std::string() : keeper_program();
+  const cloned started =
+      !exec_keeper.empty()
+          ? spawn_keeper_program(exec_keeper, plan)
+          : clone_child((pid_ns ? CLONE_NEWPID : 0) | (user_ns ? CLONE_NEWUSER : 0), [&] { keeper_main(plan); });
+  st.keeper = started.pid;
+  st.keeper_pidfd = started.pidfd;
+  st.close_keeper_ends();
+  if (st.keeper < 0)
+    return st.abandon(detail::sys_error(started.error, (exec_keeper.empty() ? "clone3 (keeper of " : "start " + exec_keeper + " (keeper of ") + o.argv[0] + ")"));
+  if (user_ns) {
+    if (auto s = write_id_maps(st.keeper); !s) return st.abandon(s);
+    if (auto s = detail::write_all(st.sync[1], "g", "keeper sync"); !s) return st.abandon(s);
+    close_fd(st.sync[1]);
+  }
+  return child_of_first_report(st, o);
+}
+
+}  // namespace
+
 core::result<child> spawn_contained(const spawn_options& o, containment_kind kind) {
   if (o.argv.empty() || o.argv[0].empty()) return core::status(core::errc::invalid_argument, "empty command");
   if (kind == containment_kind::none) {
@@ -654,31 +811,13 @@ core::result<child> spawn_contained(const spawn_options& o, containment_kind kin
   }
   if (auto s = containment_available(kind); !s) return s;
   if (kind == containment_kind::pid_namespace && pid_namespaces().pooled) {
-    // The program is started exactly as without containment — posix_spawn from this thread —
-    // only into the namespace of an idle keeper: no process is created beside it, so the
-    // scheduler places it as it would bare (a keeper that starts the program, or one created
+    // Only into the namespace of an idle keeper: no process is created beside the program, so
+    // the scheduler places it as it would bare (a keeper that starts the program, or one created
     // for the run, measurably changes how exit races resolve; see the header).
     auto k = acquire_keeper();
     if (!k) return k.error();
-    spawn_options plain = o;
-    plain.contain = false;
-    core::result<child> c = core::status(core::errc::internal, "not started");
-    {
-      children_in_namespace in(k->ns_fd);
-      if (!in.ok()) {
-        release_keeper(*k, -1);
-        return detail::sys_error(in.error(), "setns(CLONE_NEWPID)");
-      }
-      c = spawn(plain);
-    }
-    if (!c) {
-      release_keeper(*k, -1);
-      return c.error();
-    }
-    {
-      std::lock_guard lock(keepers_mu);
-      keepers[c->pid()] = k->pid;
-    }
+    auto c = spawn_in_namespace_of(*k, o);
+    if (!c) return c;
     c->keeper_ = std::make_unique<detail::keeper_handle>(k->pid, k->pidfd, k->ns_fd, c->pid(), c->pidfd());
     return c;
   }
@@ -686,105 +825,7 @@ core::result<child> spawn_contained(const spawn_options& o, containment_kind kin
     auto watched = spawn_watched(o);
     if (watched || watched.error().code() != core::errc::unavailable) return watched;
   }
-  auto path = resolve_program(o.argv[0]);
-  if (!path) return path.error();
-  if (!o.cwd.empty() && (*path)[0] != '/') {
-    std::error_code ec;
-    *path = (std::filesystem::current_path(ec) / *path).string();  // found from here, not o.cwd
-  }
-
-  // Everything the keeper and the program touch, made before the clone.
-  std::vector<char*> argv, envp;
-  for (const auto& a : o.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : o.envp) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-
-  int sock[2] = {-1, -1};
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sock) != 0) return detail::sys_error(errno, "socketpair");
-  int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null_fd < 0) {
-    int e = errno;
-    close_fd(sock[0]);
-    close_fd(sock[1]);
-    return detail::sys_error(e, "open /dev/null");
-  }
-  const bool pid_ns = kind == containment_kind::pid_namespace;
-  const bool user_ns = pid_ns && pid_namespaces().user_namespace;
-  int sync[2] = {-1, -1};
-  if (user_ns && ::pipe2(sync, O_CLOEXEC) != 0) {
-    int e = errno;
-    close_fd(sock[0]);
-    close_fd(sock[1]);
-    close_fd(null_fd);
-    return detail::sys_error(e, "pipe");
-  }
-  run_cgroup cg = kind == containment_kind::keeper_cgroup ? acquire_run_cgroup() : run_cgroup{};
-
-  keeper_plan plan;
-  plan.pid_namespace = pid_ns;
-  plan.socket_fd = sock[1];
-  plan.lifeline_fd = lifeline().read_fd;
-  plan.sync_fd = sync[0];
-  plan.null_fd = null_fd;
-  plan.stdout_fd = o.stdout_fd;
-  plan.stderr_fd = o.stderr_fd;
-  plan.cgroup_procs_fd = cg.procs_fd;
-  plan.cgroup_kill_fd = cg.kill_fd;
-  plan.cgroup_dir = cg.dir.empty() ? nullptr : cg.dir.c_str();
-  plan.keep_fds = o.keep_fds.data();
-  plan.keep_count = o.keep_fds.size();
-  plan.new_process_group = o.new_process_group;
-  plan.path = path->c_str();
-  plan.cwd = o.cwd.empty() ? nullptr : o.cwd.c_str();
-  plan.argv = argv.data();
-  plan.envp = envp.data();
-
-  const std::string& exec_keeper = pid_ns ? std::string() : keeper_program();
-  const cloned started =
-      !exec_keeper.empty()
-          ? spawn_keeper_program(exec_keeper, plan)
-          : clone_child((pid_ns ? CLONE_NEWPID : 0) | (user_ns ? CLONE_NEWUSER : 0), [&] { keeper_main(plan); });
-  const pid_t keeper = started.pid;
-  int keeper_pidfd = started.pidfd;
-  const int clone_errno = started.error;
-  close_fd(sock[1]);
-  close_fd(null_fd);
-  close_fd(sync[0]);
-  auto fail = [&](core::status s) -> core::result<child> {
-    close_fd(sock[0]);
-    close_fd(sync[1]);
-    if (keeper > 0) kill_and_reap(keeper, keeper_pidfd);
-    close_fd(keeper_pidfd);
-    if (keeper > 0) release_run_cgroup(std::move(cg));  // the keeper has exited
-    else remove_run_cgroup(cg);
-    return s;
-  };
-  if (keeper < 0) return fail(detail::sys_error(clone_errno, (exec_keeper.empty() ? "clone3 (keeper of " : "start " + exec_keeper + " (keeper of ") + o.argv[0] + ")"));
-  if (user_ns) {
-    if (auto s = write_id_maps(keeper); !s) return fail(s);
-    if (auto s = detail::write_all(sync[1], "g", "keeper sync"); !s) return fail(s);
-    close_fd(sync[1]);
-  }
-  // The keeper reports within milliseconds (clone, exec); the limit is for a machine that is
-  // swapping, not a tuning knob.
-  first_report first = receive_first(sock[0], keeper_pidfd, std::chrono::seconds(60));
-  if (!first.received) return fail(core::status(core::errc::io_error, "keeper of " + o.argv[0] + " did not report"));
-  if (first.message.kind == msg_exec_failed) {
-    if (first.pidfd >= 0) ::close(first.pidfd);
-    return fail(detail::sys_error(first.message.value, "spawn " + o.argv[0]));
-  }
-  if (first.message.kind != msg_started || first.pidfd < 0 || first.message.pid <= 0) {
-    if (first.pidfd >= 0) ::close(first.pidfd);
-    return fail(core::status(core::errc::internal, "keeper of " + o.argv[0] + " sent a malformed report"));
-  }
-  const pid_t program = first.message.pid;
-  {
-    std::lock_guard lock(keepers_mu);
-    keepers[program] = keeper;
-  }
-  auto handle = std::make_unique<detail::keeper_handle>(keeper, keeper_pidfd, sock[0], program, std::move(cg));
-  return child(program, first.pidfd, std::move(handle));
+  return spawn_behind_keeper(o, kind);
 }
 
 namespace detail {
@@ -819,10 +860,10 @@ keeper_handle::~keeper_handle() {
 void keeper_handle::end_relaying_keeper() {
   // Closing the socket tells the keeper the run is over: it ends what is left and exits.
   close_fd(socket_);
-  bool gone = wait_pidfd(keeper_pidfd_, 10s);
+  bool gone = wait_pidfd_exit(keeper_pidfd_, 10s);
   if (!gone) {
     pidfd_send_signal(keeper_pidfd_, SIGKILL);
-    gone = wait_pidfd(keeper_pidfd_, 5s);
+    gone = wait_pidfd_exit(keeper_pidfd_, 5s);
   }
   if (gone) {
     int status;

@@ -391,9 +391,10 @@ void detach_stdio(const plan& p) {
   if (p.null_fd < 0 && null_fd > 2) sys(SYS_close, null_fd);
 }
 
-}  // namespace
-
-[[noreturn]] void keeper_main(const plan& p) {
+// The keeper's own state before it starts the program: the descriptors it keeps, its name,
+// SIGCHLD, stdio, its process group, and (in a user namespace) the harness's go once our id maps
+// are written. Returns the signalfd it takes SIGCHLD through (-1 without one).
+int become_keeper(const plan& p) {
   close_foreign_fds(p);
   sys(SYS_prctl, PR_SET_NAME, arg("faultline-keep"));
   // The harness blocked every signal around the clone: the keeper keeps them blocked (it is
@@ -414,7 +415,18 @@ void detach_stdio(const plan& p) {
     if (sys_read(p.sync_fd, &go, 1) != 1) sys_exit(1);  // the harness could not map our ids
     sys(SYS_close, p.sync_fd);
   }
+  return sigfd;
+}
 
+// The program, once its exec succeeded: our child (not reaped yet) and its pidfd.
+struct started_program {
+  long pid = -1;
+  int pidfd = -1;
+};
+
+// Starts the program and waits for its exec; when it cannot start, tells the harness
+// (msg_exec_failed) and exits.
+started_program start_confirmed(const plan& p) {
   int err_pipe[2];
   if (sys(SYS_pipe2, arg(err_pipe), O_CLOEXEC) != 0) {
     send_message(p.socket_fd, msg_exec_failed, errno, -1, -1);
@@ -443,23 +455,26 @@ void detach_stdio(const plan& p) {
     send_message(p.socket_fd, msg_exec_failed, exec_errno, -1, -1);
     sys_exit(0);
   }
-  // Out of the program's way on the CPUs: a task that has just been created carries a full
-  // load weight, and its blocked load stays on its CPU's runqueue while it sleeps (decaying over
-  // tens of milliseconds), so the scheduler would place the program's threads as if that CPU
-  // were busy — measured: with a freshly created sleeper beside it, a program's main thread and
-  // its spinning worker shared a CPU after a 5 ms sleep in 4 of 300 runs, against 181 of 300
-  // bare, which changes how an exit race resolves on a small machine. As SCHED_IDLE the
-  // keeper's weight is ~0 (158 of 300). Only now: the program, created above, must not inherit
-  // the policy (an unprivileged process cannot leave SCHED_IDLE).
+  return {program, pidfd};
+}
+
+// Out of the program's way on the CPUs: a task that has just been created carries a full
+// load weight, and its blocked load stays on its CPU's runqueue while it sleeps (decaying over
+// tens of milliseconds), so the scheduler would place the program's threads as if that CPU
+// were busy — measured: with a freshly created sleeper beside it, a program's main thread and
+// its spinning worker shared a CPU after a 5 ms sleep in 4 of 300 runs, against 181 of 300
+// bare, which changes how an exit race resolves on a small machine. As SCHED_IDLE the
+// keeper's weight is ~0 (158 of 300). Only once the program runs: it must not inherit the
+// policy (an unprivileged process cannot leave SCHED_IDLE).
+void yield_cpus() {
   struct sched_param idle_param {};
   sys(SYS_sched_setscheduler, 0, SCHED_IDLE, arg(&idle_param));
-  // The program is our child and not reaped yet, so its pidfd still names it.
-  std::int32_t host_pid = host_pid_of(pidfd);
-  if (host_pid <= 0 && !p.pid_namespace) host_pid = static_cast<std::int32_t>(program);
-  send_message(p.socket_fd, msg_started, 0, host_pid, pidfd);
-  sys(SYS_close, pidfd);
-  close_program_fds(p, sigfd);
+}
 
+// Reaps every child (orphans of the run included) and relays the program's exit status until
+// the harness closes the socket (the run is over) or dies (the lifeline's EOF). True when the
+// harness died.
+bool relay_until_run_over(const plan& p, int sigfd, long program, std::int32_t host_pid) {
   bool harness_gone = false;
   for (;;) {
     pollfd fds[3] = {{p.socket_fd, POLLIN, 0}, {p.lifeline_fd, POLLIN, 0}, {sigfd, POLLIN, 0}};
@@ -475,10 +490,25 @@ void detach_stdio(const plan& p) {
     long w;
     while ((w = sys(SYS_wait4, -1, arg(&status), WNOHANG | __WALL, 0)) > 0)
       if (w == program) send_message(p.socket_fd, msg_exited, status, host_pid, -1);
-    // The harness closed the socket (the run is over) or died (the lifeline's EOF).
     if (fds[1].revents != 0) harness_gone = true;
     if (fds[0].revents != 0 || harness_gone) break;
   }
+  return harness_gone;
+}
+
+}  // namespace
+
+[[noreturn]] void keeper_main(const plan& p) {
+  const int sigfd = become_keeper(p);
+  const started_program program = start_confirmed(p);
+  yield_cpus();
+  // The program is our child and not reaped yet, so its pidfd still names it.
+  std::int32_t host_pid = host_pid_of(program.pidfd);
+  if (host_pid <= 0 && !p.pid_namespace) host_pid = static_cast<std::int32_t>(program.pid);
+  send_message(p.socket_fd, msg_started, 0, host_pid, program.pidfd);
+  sys(SYS_close, program.pidfd);
+  close_program_fds(p, sigfd);
+  const bool harness_gone = relay_until_run_over(p, sigfd, program.pid, host_pid);
   // In a PID namespace the kernel kills everything left when pid 1 exits.
   if (!p.pid_namespace) end_tree(p, harness_gone);
   sys_exit(0);
@@ -622,6 +652,86 @@ bool parse_fd(const char* text, int& out) {
   return true;
 }
 
+// Where parse_keeper_arguments is in its arguments, and the first error it met.
+struct argument_cursor {
+  argument_cursor(int count, char* const* arguments, std::string& first_error)
+      : argc(count), args(arguments), error(first_error) {}
+  int argc;
+  char* const* args;
+  std::string& error;
+  int i = 0;
+
+  // The value after the option at i, which moves onto it; nullptr, with the error, at the end.
+  const char* value(const char* name) {
+    if (i + 1 >= argc) {
+      error = std::string(name) + " needs a value";
+      return nullptr;
+    }
+    return args[++i];
+  }
+
+  // A descriptor as the option's value; false, with the error, when there is none.
+  bool fd_value(const char* name, int& fd) {
+    const char* v = value(name);
+    if (v == nullptr) return false;
+    if (!parse_fd(v, fd)) {
+      error = std::string(name) + ": not a descriptor: " + v;
+      return false;
+    }
+    return true;
+  }
+};
+
+// The option at the cursor, into `out` (or `env_fd`, `keep_fds`); false, with the error, when wrong.
+bool parse_option(argument_cursor& at, plan& out, int& env_fd, std::vector<int>& keep_fds) {
+  const char* a = at.args[at.i];
+  for (const auto& o : fd_options)
+    if (std::strcmp(a, o.name) == 0) return at.fd_value(o.name, out.*o.field);
+  if (std::strcmp(a, "--env-fd") == 0) return at.fd_value(a, env_fd);
+  if (std::strcmp(a, "--keep") == 0) {
+    int fd = -1;
+    if (!at.fd_value(a, fd)) return false;
+    keep_fds.push_back(fd);
+    return true;
+  }
+  if (std::strcmp(a, "--cgroup-dir") == 0 || std::strcmp(a, "--cwd") == 0 || std::strcmp(a, "--path") == 0) {
+    const char* v = at.value(a);
+    if (v == nullptr) return false;
+    (a[2] == 'c' && a[3] == 'g' ? out.cgroup_dir : a[2] == 'c' ? out.cwd : out.path) = v;
+    return true;
+  }
+  if (std::strcmp(a, "--same-group") == 0) {
+    out.new_process_group = false;
+    return true;
+  }
+  at.error = std::string("unknown argument: ") + a;
+  return false;
+}
+
+// The program's environment as the harness wrote it to `env_fd` (NUL-terminated strings), into
+// storage.env (null-terminated, pointing into storage.env_block).
+bool read_environment(int env_fd, parsed_storage& storage, std::string& error) {
+  char buf[65536];
+  for (;;) {
+    const long n = sys_read(env_fd, buf, sizeof buf);
+    if (n < 0) {
+      error = std::string("--env-fd: ") + std::strerror(errno);
+      return false;
+    }
+    if (n == 0) break;
+    storage.env_block.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(env_fd);
+  if (!storage.env_block.empty() && storage.env_block.back() != '\0') {
+    error = "--env-fd: the environment does not end with a NUL";
+    return false;
+  }
+  for (std::size_t at = 0; at < storage.env_block.size(); at = storage.env_block.find('\0', at) + 1)
+    storage.env.push_back(storage.env_block.data() + at);
+  storage.env.push_back(nullptr);
+  return true;
+}
+
 }  // namespace
 
 std::string environment_block(char* const* envp) {
@@ -667,61 +777,16 @@ std::vector<std::string> keeper_arguments(const plan& p, int env_fd) {
 bool parse_keeper_arguments(int argc, char* const* args, char* const* envp, parsed_storage& storage, plan& out,
                             std::string& error) {
   out = plan{};
-  std::vector<int>& keep_fds = storage.keep_fds;
-  keep_fds.clear();
+  storage.keep_fds.clear();
   storage.env_block.clear();
   storage.env.clear();
   int env_fd = -1;
-  int i = 0;
-  auto value = [&](const char* name) -> const char* {
-    if (i + 1 >= argc) {
-      error = std::string(name) + " needs a value";
-      return nullptr;
-    }
-    return args[++i];
-  };
-  for (; i < argc; ++i) {
-    const char* a = args[i];
-    if (std::strcmp(a, "--") == 0) break;
-    bool known = false;
-    for (const auto& o : fd_options) {
-      if (std::strcmp(a, o.name) != 0) continue;
-      known = true;
-      const char* v = value(o.name);
-      if (v == nullptr) return false;
-      if (!parse_fd(v, out.*o.field)) {
-        error = std::string(o.name) + ": not a descriptor: " + v;
-        return false;
-      }
-    }
-    if (known) continue;
-    if (std::strcmp(a, "--env-fd") == 0) {
-      const char* v = value(a);
-      if (v == nullptr) return false;
-      if (!parse_fd(v, env_fd)) {
-        error = std::string("--env-fd: not a descriptor: ") + v;
-        return false;
-      }
-    } else if (std::strcmp(a, "--keep") == 0) {
-      const char* v = value(a);
-      int fd = -1;
-      if (v == nullptr) return false;
-      if (!parse_fd(v, fd)) {
-        error = std::string("--keep: not a descriptor: ") + v;
-        return false;
-      }
-      keep_fds.push_back(fd);
-    } else if (std::strcmp(a, "--cgroup-dir") == 0 || std::strcmp(a, "--cwd") == 0 || std::strcmp(a, "--path") == 0) {
-      const char* v = value(a);
-      if (v == nullptr) return false;
-      (a[2] == 'c' && a[3] == 'g' ? out.cgroup_dir : a[2] == 'c' ? out.cwd : out.path) = v;
-    } else if (std::strcmp(a, "--same-group") == 0) {
-      out.new_process_group = false;
-    } else {
-      error = std::string("unknown argument: ") + a;
-      return false;
-    }
+  argument_cursor at(argc, args, error);
+  for (; at.i < argc; ++at.i) {
+    if (std::strcmp(args[at.i], "--") == 0) break;
+    if (!parse_option(at, out, env_fd, storage.keep_fds)) return false;
   }
+  const int i = at.i;
   if (i >= argc || i + 1 >= argc) {
     error = "no program after --";
     return false;
@@ -737,28 +802,11 @@ bool parse_keeper_arguments(int argc, char* const* args, char* const* envp, pars
   out.argv = args + i + 1;
   out.envp = envp;
   if (env_fd >= 0) {
-    char buf[65536];
-    for (;;) {
-      const long n = sys_read(env_fd, buf, sizeof buf);
-      if (n < 0) {
-        error = std::string("--env-fd: ") + std::strerror(errno);
-        return false;
-      }
-      if (n == 0) break;
-      storage.env_block.append(buf, static_cast<std::size_t>(n));
-    }
-    ::close(env_fd);
-    if (!storage.env_block.empty() && storage.env_block.back() != '\0') {
-      error = "--env-fd: the environment does not end with a NUL";
-      return false;
-    }
-    for (std::size_t at = 0; at < storage.env_block.size(); at = storage.env_block.find('\0', at) + 1)
-      storage.env.push_back(storage.env_block.data() + at);
-    storage.env.push_back(nullptr);
+    if (!read_environment(env_fd, storage, error)) return false;
     out.envp = storage.env.data();
   }
-  out.keep_fds = keep_fds.data();
-  out.keep_count = keep_fds.size();
+  out.keep_fds = storage.keep_fds.data();
+  out.keep_count = storage.keep_fds.size();
   return true;
 }
 

@@ -88,9 +88,8 @@ void child::release() noexcept {
   pidfd_ = -1;
 }
 
-bool child::wait_exit_for(std::chrono::milliseconds d) const {
-  if (reaped_) return true;
-  pollfd p{pidfd_, POLLIN, 0};
+bool wait_pidfd_exit(int pidfd, std::chrono::milliseconds d) {
+  pollfd p{pidfd, POLLIN, 0};
   auto deadline = std::chrono::steady_clock::now() + d;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
@@ -99,6 +98,11 @@ bool child::wait_exit_for(std::chrono::milliseconds d) const {
     if (r == 0) return false;
     if (errno != EINTR) return true;  // a pidfd that cannot be polled: treat as gone
   }
+}
+
+bool child::wait_exit_for(std::chrono::milliseconds d) const {
+  if (reaped_) return true;
+  return wait_pidfd_exit(pidfd_, d);
 }
 
 bool child::signal(int sig) const {

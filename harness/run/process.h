@@ -95,6 +95,11 @@ class child {
   friend core::result<child> spawn_contained(const spawn_options& o, containment_kind kind);
 };
 
+/// Waits up to `d` for the process behind `pidfd` to exit (poll for POLLIN, retried on EINTR
+/// with what is left of `d`). True once it exited, or when the pidfd cannot be polled (taken as
+/// gone); false when `d` passed first. The process stays a zombie until someone waits for it.
+bool wait_pidfd_exit(int pidfd, std::chrono::milliseconds d);
+
 /// Starts a process. Errors: the posix_spawn error (ENOENT for a missing program, EACCES, ...)
 /// as errc::not_found / io_error naming the program.
 core::result<child> spawn(const spawn_options& o);

@@ -293,86 +293,92 @@ void release_run_cgroup(run_cgroup c) {
   idle_cgroups.push_back({std::move(c.dir), c.watch_id});
 }
 
-core::result<child> spawn_watched(const spawn_options& o) {
-  static std::atomic<bool> unsupported{!detail::clone_on_stack_supported};
-  if (unsupported.load()) return core::status(core::errc::unavailable, "no CLONE_INTO_CGROUP");
-  auto path = resolve_program(o.argv[0]);
-  if (!path) return path.error();
-  if (!o.cwd.empty() && (*path)[0] != '/') {
-    std::error_code ec;
-    *path = (std::filesystem::current_path(ec) / *path).string();  // found from here, not o.cwd
-  }
-  run_cgroup cg = acquire_run_cgroup();
-  if (cg.dir.empty() || cg.watch_id == 0) {
-    release_run_cgroup(std::move(cg));
-    return core::status(core::errc::unavailable, "no watched cgroup");
-  }
-  const int dir_fd = ::open(cg.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  std::vector<char*> argv, envp;
-  for (const auto& a : o.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : o.envp) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
+namespace {
+
+watched_start watched_start_of(const spawn_options& o, const exec_image& image) {
   watched_start w;
-  w.path = path->c_str();
-  w.argv = argv.data();
-  w.envp = envp.data();
+  w.path = image.path.c_str();
+  w.argv = image.argv.data();
+  w.envp = image.envp.data();
   w.cwd = o.cwd.empty() ? nullptr : o.cwd.c_str();
-  w.null_fd = null_fd;
   w.stdout_fd = o.stdout_fd;
   w.stderr_fd = o.stderr_fd;
   w.keep_fds = o.keep_fds.data();
   w.keep_count = o.keep_fds.size();
   w.new_process_group = o.new_process_group;
+  return w;
+}
+
+// Starts `w`'s program straight into the cgroup `dir` (CLONE_INTO_CGROUP, CLONE_VFORK on a stack
+// of its own, as posix_spawn would) as an owned child. pid -1 when it did not start: `error` is
+// the clone's errno, or w.error the program's when it could not exec.
+cloned clone_into_cgroup(const std::string& dir, watched_start& w) {
+  cloned out;
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  w.null_fd = null_fd;
   constexpr std::size_t stack_bytes = 64 * 1024;
   auto stack = std::make_unique<unsigned char[]>(stack_bytes);
-  int pidfd = -1;
-  int clone_errno = 0;
-  pid_t pid = -1;
   if (dir_fd >= 0 && null_fd >= 0) {
     signals_blocked blocked;
-    pid = start_owned([&]() -> pid_t {
+    out.pid = start_owned([&]() -> pid_t {
       clone_args ca{};
       ca.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP | CLONE_PIDFD;
-      ca.pidfd = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&pidfd));
+      ca.pidfd = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&out.pidfd));
       ca.exit_signal = SIGCHLD;
       ca.stack = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(stack.get()));
       ca.stack_size = stack_bytes;
       ca.cgroup = static_cast<std::uint64_t>(dir_fd);
       const long r = detail::clone_on_stack(&ca, watched_child, &w);
       if (r < 0) {
-        clone_errno = errno;
+        out.error = errno;
         return -1;
       }
       if (w.error != 0) {  // it could not exec, and has exited
         int status;
         while (::waitpid(static_cast<pid_t>(r), &status, __WALL) < 0 && errno == EINTR) {
         }
-        close_fd(pidfd);
+        close_fd(out.pidfd);
         return -1;
       }
       return static_cast<pid_t>(r);
     });
   } else {
-    clone_errno = errno;
+    out.error = errno;
   }
   if (dir_fd >= 0) ::close(dir_fd);
   if (null_fd >= 0) ::close(null_fd);
-  if (pid < 0) {
+  return out;
+}
+
+}  // namespace
+
+core::result<child> spawn_watched(const spawn_options& o) {
+  static std::atomic<bool> unsupported{!detail::clone_on_stack_supported};
+  if (unsupported.load()) return core::status(core::errc::unavailable, "no CLONE_INTO_CGROUP");
+  auto image = exec_image_of(o);
+  if (!image) return image.error();
+  run_cgroup cg = acquire_run_cgroup();
+  if (cg.dir.empty() || cg.watch_id == 0) {
+    release_run_cgroup(std::move(cg));
+    return core::status(core::errc::unavailable, "no watched cgroup");
+  }
+  watched_start w = watched_start_of(o, *image);
+  const cloned started = clone_into_cgroup(cg.dir, w);
+  if (started.pid < 0) {
     release_run_cgroup(std::move(cg));
     if (w.error != 0) return detail::sys_error(w.error, "spawn " + o.argv[0]);
-    if (clone_errno == ENOSYS || clone_errno == E2BIG || clone_errno == EINVAL || clone_errno == EOPNOTSUPP)
-      unsupported = true;
-    return core::status(core::errc::unavailable, std::string("clone3 into a cgroup: ") + std::strerror(clone_errno));
+    const int e = started.error;
+    if (e == ENOSYS || e == E2BIG || e == EINVAL || e == EOPNOTSUPP) unsupported = true;
+    return core::status(core::errc::unavailable, std::string("clone3 into a cgroup: ") + std::strerror(e));
   }
   {
     std::lock_guard lock(keepers_mu);
-    watched_runs[pid] = cg.dir;
+    watched_runs[started.pid] = cg.dir;
   }
   auto handle = std::make_unique<detail::keeper_handle>(std::move(cg));
-  handle->set_program(pid);
-  return child(pid, pidfd, std::move(handle));
+  handle->set_program(started.pid);
+  return child(started.pid, started.pidfd, std::move(handle));
 }
 
 }  // namespace faultline::harness::detail

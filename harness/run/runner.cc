@@ -197,6 +197,213 @@ std::set<std::string> shm_held_by_others(const std::vector<std::string>& names) 
   return held;
 }
 
+namespace {
+
+// What one run holds from its preparation to its verdict, beyond any single step.
+struct run_context {
+  run_context(const run_request& request, run_report& report) : rq(request), rep(report) {}
+  const run_request& rq;
+  run_report& rep;
+  std::optional<output_capture> output;  // the run's log
+  crash_channel channel;                 // `outside` capture's crash records
+  crash_capture capture = crash_capture::none;
+  fs::path run_cwd;                      // where the program runs
+  fs::path crash_stacks;                 // the crash's stacks, once captured
+  std::set<std::string> shm_before;      // /dev/shm's faultline entries before the run
+};
+
+run_report& spawn_failed(run_report& rep, std::string message) {
+  rep.evidence.spawn_failed = true;
+  rep.evidence.spawn_error = std::move(message);
+  rep.verdict = classify(rep.evidence);
+  return rep;
+}
+
+std::vector<std::string> run_environment(const run_request& rq) {
+  auto env = rq.env;
+  set_env(env, agent::run_dir_env, fs::absolute(rq.run_dir).string());
+  set_env(env, "TEST_PREMATURE_EXIT_FILE", fs::absolute(rq.run_dir / premature_exit_file).string());
+  if (rq.gtest_output && !get_env(env, "GTEST_OUTPUT"))
+    set_env(env, "GTEST_OUTPUT", "xml:" + fs::absolute(rq.run_dir / gtest_xml_file).string());
+  return env;
+}
+
+// The agent's crash mode for `capture`, unless the environment already names one; `outside`
+// opens the crash channel, whose write end the run inherits.
+void arm_agent_crash_mode(std::vector<std::string>& env, crash_capture capture, crash_channel& channel) {
+  if (get_env(env, agent::crash_mode_env)) return;
+  switch (capture) {
+    case crash_capture::outside: {
+      int fds[2];
+      if (::pipe2(fds, O_CLOEXEC) == 0) {
+        channel.read_fd = fds[0];
+        channel.write_fd = fds[1];
+        ::fcntl(channel.read_fd, F_SETFL, O_NONBLOCK);
+        set_env(env, agent::crash_mode_env, "stop");
+        set_env(env, agent::crash_fd_env, std::to_string(channel.write_fd));
+      } else {
+        set_env(env, agent::crash_mode_env, "minimal");
+      }
+      break;
+    }
+    case crash_capture::minimal: set_env(env, agent::crash_mode_env, "minimal"); break;
+    case crash_capture::inside: set_env(env, agent::crash_mode_env, "report"); break;
+    case crash_capture::core:
+    case crash_capture::none:
+    case crash_capture::automatic: set_env(env, agent::crash_mode_env, "off"); break;
+  }
+}
+
+// How the run's crash is captured, and the environment and channel that capture needs.
+void arm_crash_capture(run_context& run, std::vector<std::string>& env) {
+  run.capture = get_env(env, agent::crash_mode_env) ? crash_capture::none : resolve_crash_capture(run.rq.crash, nullptr, run.run_cwd);
+  // Where every core of the run's directory gets one name, hold each new one open (core_keeper.h).
+  // A run in its own directory (a scenario) has that name to itself.
+  if (run.capture == crash_capture::core && !run.rq.in_run_dir) (void)keep_cores_apart(run.run_cwd);
+  arm_agent_crash_mode(env, run.capture, run.channel);
+}
+
+spawn_options spawn_options_of(const run_context& run, std::vector<std::string> env) {
+  spawn_options so;
+  so.argv = run.rq.argv;
+  so.envp = std::move(env);
+  so.stdout_fd = run.output->write_fd();  // stdout and stderr, as `prog 2>&1 | cat` would have them
+  if (run.rq.in_run_dir) so.cwd = run.run_cwd.string();
+  so.contain = true;  // the run's tree ends with the harness, however it ends (containment.h)
+  if (run.channel.write_fd >= 0) so.keep_fds.push_back(run.channel.write_fd);
+  return so;
+}
+
+// Captures, from outside, each process that reported a crash on the channel and stopped itself
+// (SIGSTOP), then lets it die. Returns how long the program was held meanwhile.
+clock::duration capture_crashes_outside(run_context& run, process_tree& tree, short revents) {
+  const auto paused = clock::now();
+  for (const faulted_thread& crashed : read_crash_records(run.channel)) {
+    if (!wait_stopped(crashed.pid, std::chrono::seconds(2))) continue;
+    tree.refresh();
+    const auto out = run.rq.run_dir / agent::crash_stacks_file;
+    stack_options outside = run.rq.stacks;
+    outside.method = stack_method::automatic;
+    if (capture_stacks_outside(tree.alive(), out, outside, crashed)) run.crash_stacks = out;
+    ::kill(crashed.pid, SIGCONT);
+  }
+  if (revents & (POLLHUP | POLLERR)) {
+    ::close(run.channel.read_fd);  // every writer is gone: stop polling it
+    run.channel.read_fd = -1;
+  }
+  return clock::now() - paused;
+}
+
+// Waits for the leader, rescanning the tree on a backoff so that short-lived intermediates are
+// seen before they exit and their children get reparented. A crash record on the channel
+// interrupts the wait: the crashing process is stopped and waits for its capture. True once the
+// leader exited; false at the timeout or on cancellation (rep.interrupted).
+bool wait_for_leader(run_context& run, const child& leader, process_tree& tree, clock::time_point start) {
+  auto deadline = start + run.rq.timeout;
+  // A watched run's cgroup names every process of the run, however it was reparented: nothing to
+  // rescan while it runs, and nothing of the harness's then competes with the program for a CPU
+  // (on a 2-core machine the rescans at 5, 10, 20 ms fell inside exit races and changed them).
+  const bool watched = !run_cgroup_of(leader.pid()).empty();
+  auto tick = std::chrono::milliseconds(watched ? 200 : 5);
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+    if (left.count() <= 0) return false;
+    pollfd waits[2] = {{leader.pidfd(), POLLIN, 0}, {run.channel.read_fd, POLLIN, 0}};
+    int woke = ::poll(waits, 2, static_cast<int>(std::min(left, tick).count()));
+    if (woke < 0 && errno != EINTR) woke = 1;  // a pidfd that cannot be polled: treat as gone
+    if (woke > 0 && waits[1].revents != 0) {
+      deadline += capture_crashes_outside(run, tree, waits[1].revents);  // the program was not running meanwhile
+    }
+    if (woke > 0 && waits[0].revents != 0) return true;
+    if (run.rq.cancel && run.rq.cancel->load()) {
+      run.rep.interrupted = true;
+      return false;
+    }
+    if (!watched) tree.refresh();
+    tick = std::min(tick * 2, std::chrono::milliseconds(200));
+  }
+}
+
+// Timed out (or cancelled): stacks first, while every process is still where it hung.
+void end_unfinished_run(run_context& run, child& leader, process_tree& tree) {
+  run_evidence& ev = run.rep.evidence;
+  ev.timed_out = !run.rep.interrupted;
+  tree.refresh();
+  if (ev.timed_out && run.rq.stacks.method != stack_method::none) {
+    auto procs = tree.alive();
+    ev.stacks_path = run.rq.run_dir / stacks_file;
+    if (!capture_stacks(procs, run.rq.run_dir, ev.stacks_path, run.rq.stacks)) ev.stacks_path.clear();
+  }
+  run.rep.stuck_pids = tree.terminate(run.rq.grace);
+  ev.wait_status = leader.reap();
+}
+
+// The leader exited: what it left running (after leak_settle) is the run's leak, then ended.
+void end_exited_run(run_context& run, child& leader, process_tree& tree) {
+  run_evidence& ev = run.rep.evidence;
+  ev.wait_status = leader.reap();
+  tree.refresh();
+  auto survivors = tree.alive();
+  if (!survivors.empty()) {
+    tree.wait_all_exited(run.rq.leak_settle);
+    tree.refresh();
+    survivors = tree.alive();
+  }
+  for (const auto& p : survivors) {
+    ev.leaked_pids.push_back(p.pid);
+    ev.leaked_comms.push_back(p.comm);
+  }
+  if (!survivors.empty()) run.rep.stuck_pids = tree.terminate(run.rq.grace);
+}
+
+// The kernel's core of the crashed process: every thread, frozen at the fault.
+void capture_crash_core(run_context& run, const process_tree& tree) {
+  const auto& status = run.rep.evidence.wait_status;
+  if (run.capture != crash_capture::core || !run.crash_stacks.empty() || !status || !WIFSIGNALED(*status)) return;
+  const auto out = run.rq.run_dir / agent::crash_stacks_file;
+  if (capture_core(tree.pids(), run.run_cwd, run.rq.run_dir, run.rep.started, out)) run.crash_stacks = out;
+}
+
+// The faultline /dev/shm entries the run created and left: recorded in `ev` and removed.
+void collect_leaked_shm(const std::set<std::string>& before, run_evidence& ev) {
+  std::vector<std::string> fresh;
+  for (const auto& name : faultline_shm_entries()) {
+    if (!before.count(name)) fresh.push_back(name);
+  }
+  std::set<std::string> others = shm_held_by_others(fresh);
+  if (others.size() < fresh.size()) {
+    // An entry of someone else on the machine (a test or campaign beside this one) can be
+    // caught between its holder's end and its removal: one still there, and still unheld,
+    // a moment later is the run's.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto now = faultline_shm_entries();
+    for (const auto& name : fresh) {
+      if (!std::binary_search(now.begin(), now.end(), name)) others.insert(name);
+    }
+    for (const auto& name : shm_held_by_others(fresh)) others.insert(name);
+  }
+  for (const auto& name : fresh) {
+    if (others.count(name)) continue;
+    ev.leaked_shm.push_back(name);
+    std::error_code ec;
+    fs::remove(fs::path("/dev/shm") / name, ec);  // the next run must not inherit it
+  }
+}
+
+// The run's tree is gone: its output is finished and, unless the caller keeps the log of a
+// passing run, committed (before classify, which reads a failure's log).
+void finish_output(run_context& run, clock::time_point end_of_run) {
+  run_evidence& ev = run.rep.evidence;
+  // Everything of the run's tree is gone: the pipe ends now unless a process outside the run
+  // (an escapee under FAULTLINE_CONTAINMENT=none) still holds it.
+  run.rep.output = run.output->finish(run.rq.output_grace);
+  const bool exited_zero = ev.wait_status && WIFEXITED(*ev.wait_status) && WEXITSTATUS(*ev.wait_status) == 0;
+  if (!run.rq.keep_log || !exited_zero) run.output->commit();
+  run.rep.teardown = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - end_of_run);
+}
+
+}  // namespace
+
 run_report run_once(const run_request& rq) {
   static const core::status subreaper = become_subreaper();
   run_report rep;
@@ -205,198 +412,49 @@ run_report run_once(const run_request& rq) {
   ev.run_dir = rq.run_dir;
   ev.log_path = rq.log_path;
 
-  std::optional<output_capture> output;
-  auto ready = prepare(rq, output);
-  if (!ready || !subreaper) {
-    ev.spawn_failed = true;
-    ev.spawn_error = (!ready ? ready : subreaper).message();
-    rep.verdict = classify(ev);
-    return rep;
-  }
+  run_context run(rq, rep);
+  auto ready = prepare(rq, run.output);
+  if (!ready || !subreaper) return spawn_failed(rep, (!ready ? ready : subreaper).message());
   ev.premature_exit_armed = true;
 
-  auto env = rq.env;
-  set_env(env, agent::run_dir_env, fs::absolute(rq.run_dir).string());
-  set_env(env, "TEST_PREMATURE_EXIT_FILE", fs::absolute(rq.run_dir / premature_exit_file).string());
-  if (rq.gtest_output && !get_env(env, "GTEST_OUTPUT"))
-    set_env(env, "GTEST_OUTPUT", "xml:" + fs::absolute(rq.run_dir / gtest_xml_file).string());
+  auto env = run_environment(rq);
   std::error_code cwd_ec;
-  const fs::path run_cwd = rq.in_run_dir ? fs::absolute(rq.run_dir) : fs::current_path(cwd_ec);
-  crash_channel channel;
-  const crash_capture capture = get_env(env, agent::crash_mode_env) ? crash_capture::none : resolve_crash_capture(rq.crash, nullptr, run_cwd);
-  // Where every core of the run's directory gets one name, hold each new one open (core_keeper.h).
-  // A run in its own directory (a scenario) has that name to itself.
-  if (capture == crash_capture::core && !rq.in_run_dir) (void)keep_cores_apart(run_cwd);
-  if (!get_env(env, agent::crash_mode_env)) {
-    switch (capture) {
-      case crash_capture::outside: {
-        int fds[2];
-        if (::pipe2(fds, O_CLOEXEC) == 0) {
-          channel.read_fd = fds[0];
-          channel.write_fd = fds[1];
-          ::fcntl(channel.read_fd, F_SETFL, O_NONBLOCK);
-          set_env(env, agent::crash_mode_env, "stop");
-          set_env(env, agent::crash_fd_env, std::to_string(channel.write_fd));
-        } else {
-          set_env(env, agent::crash_mode_env, "minimal");
-        }
-        break;
-      }
-      case crash_capture::minimal: set_env(env, agent::crash_mode_env, "minimal"); break;
-      case crash_capture::inside: set_env(env, agent::crash_mode_env, "report"); break;
-      case crash_capture::core:
-      case crash_capture::none:
-      case crash_capture::automatic: set_env(env, agent::crash_mode_env, "off"); break;
-    }
+  run.run_cwd = rq.in_run_dir ? fs::absolute(rq.run_dir) : fs::current_path(cwd_ec);
+  arm_crash_capture(run, env);
+  if (rq.check_shm) {
+    auto v = faultline_shm_entries();
+    run.shm_before = std::set<std::string>(v.begin(), v.end());
   }
-  const std::set<std::string> shm_before = [&] {
-    auto v = rq.check_shm ? faultline_shm_entries() : std::vector<std::string>{};
-    return std::set<std::string>(v.begin(), v.end());
-  }();
 
-  spawn_options so;
-  so.argv = rq.argv;
-  so.envp = std::move(env);
-  so.stdout_fd = output->write_fd();  // stdout and stderr, as `prog 2>&1 | cat` would have them
-  if (rq.in_run_dir) so.cwd = run_cwd.string();
-  so.contain = true;  // the run's tree ends with the harness, however it ends (containment.h)
-  if (channel.write_fd >= 0) so.keep_fds.push_back(channel.write_fd);
+  const spawn_options so = spawn_options_of(run, std::move(env));
   const auto start = clock::now();
   auto spawned = spawn(so);
-  output->close_write_end();  // the run's processes hold it now
-  if (channel.write_fd >= 0) {
-    ::close(channel.write_fd);  // the run's processes hold it now
-    channel.write_fd = -1;
+  run.output->close_write_end();  // the run's processes hold it now
+  if (run.channel.write_fd >= 0) {
+    ::close(run.channel.write_fd);  // the run's processes hold it now
+    run.channel.write_fd = -1;
   }
-  if (!spawned) {
-    ev.spawn_failed = true;
-    ev.spawn_error = spawned.error().message();
-    rep.verdict = classify(ev);
-    return rep;
-  }
+  if (!spawned) return spawn_failed(rep, spawned.error().message());
   child& leader = *spawned;
   ev.leader = leader.pid();
-  fs::path crash_stacks;
   process_tree tree(leader.pid(), fs::absolute(rq.run_dir).string());
 
-  // Wait for the leader, rescanning the tree on a backoff so that short-lived intermediates
-  // are seen before they exit and their children get reparented. A crash record on the channel
-  // interrupts the wait: the crashing process is stopped and waits for its capture.
-  auto deadline = start + rq.timeout;
-  // A watched run's cgroup names every process of the run, however it was reparented: nothing to
-  // rescan while it runs, and nothing of the harness's then competes with the program for a CPU
-  // (on a 2-core machine the rescans at 5, 10, 20 ms fell inside exit races and changed them).
-  const bool watched = !run_cgroup_of(leader.pid()).empty();
-  auto tick = std::chrono::milliseconds(watched ? 200 : 5);
-  bool exited = false;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
-    if (left.count() <= 0) break;
-    pollfd waits[2] = {{leader.pidfd(), POLLIN, 0}, {channel.read_fd, POLLIN, 0}};
-    int woke = ::poll(waits, 2, static_cast<int>(std::min(left, tick).count()));
-    if (woke < 0 && errno != EINTR) woke = 1;  // a pidfd that cannot be polled: treat as gone
-    if (woke > 0 && waits[1].revents != 0) {
-      const auto paused = clock::now();
-      for (const faulted_thread& crashed : read_crash_records(channel)) {
-        // Stopped by its own SIGSTOP: capture everything from outside, then let it die.
-        if (!wait_stopped(crashed.pid, std::chrono::seconds(2))) continue;
-        tree.refresh();
-        const auto out = rq.run_dir / agent::crash_stacks_file;
-        stack_options outside = rq.stacks;
-        outside.method = stack_method::automatic;
-        if (capture_stacks_outside(tree.alive(), out, outside, crashed)) crash_stacks = out;
-        ::kill(crashed.pid, SIGCONT);
-      }
-      if (waits[1].revents & (POLLHUP | POLLERR)) {
-        ::close(channel.read_fd);  // every writer is gone: stop polling it
-        channel.read_fd = -1;
-      }
-      deadline += clock::now() - paused;  // the program was not running meanwhile
-    }
-    if (woke > 0 && waits[0].revents != 0) {
-      exited = true;
-      break;
-    }
-    if (rq.cancel && rq.cancel->load()) {
-      rep.interrupted = true;
-      break;
-    }
-    if (!watched) tree.refresh();
-    tick = std::min(tick * 2, std::chrono::milliseconds(200));
-  }
+  const bool exited = wait_for_leader(run, leader, tree, start);
   rep.duration = since(start);
   const auto end_of_run = clock::now();
-
-  if (!exited) {
-    // Timed out (or cancelled): stacks first, while every process is still where it hung.
-    ev.timed_out = !rep.interrupted;
-    tree.refresh();
-    if (ev.timed_out && rq.stacks.method != stack_method::none) {
-      auto procs = tree.alive();
-      ev.stacks_path = rq.run_dir / stacks_file;
-      if (!capture_stacks(procs, rq.run_dir, ev.stacks_path, rq.stacks)) ev.stacks_path.clear();
-    }
-    rep.stuck_pids = tree.terminate(rq.grace);
-    ev.wait_status = leader.reap();
-  } else {
-    ev.wait_status = leader.reap();
-    tree.refresh();
-    auto survivors = tree.alive();
-    if (!survivors.empty()) {
-      tree.wait_all_exited(rq.leak_settle);
-      tree.refresh();
-      survivors = tree.alive();
-    }
-    for (const auto& p : survivors) {
-      ev.leaked_pids.push_back(p.pid);
-      ev.leaked_comms.push_back(p.comm);
-    }
-    if (!survivors.empty()) rep.stuck_pids = tree.terminate(rq.grace);
-  }
-  if (capture == crash_capture::core && crash_stacks.empty() && ev.wait_status && WIFSIGNALED(*ev.wait_status)) {
-    // The kernel's core of the crashed process: every thread, frozen at the fault.
-    const auto out = rq.run_dir / agent::crash_stacks_file;
-    std::error_code ec;
-    if (capture_core(tree.pids(), run_cwd, rq.run_dir, rep.started, out)) crash_stacks = out;
-  }
-  ev.crash_stacks_path = crash_stacks;
+  if (exited) end_exited_run(run, leader, tree);
+  else end_unfinished_run(run, leader, tree);
+  capture_crash_core(run, tree);
+  ev.crash_stacks_path = run.crash_stacks;
   tree.reap();
   reap_strays();
-  // Everything of the run's tree is gone: the pipe ends now unless a process outside the run
-  // (an escapee under FAULTLINE_CONTAINMENT=none) still holds it.
-  rep.output = output->finish(rq.output_grace);
-  const bool exited_zero = ev.wait_status && WIFEXITED(*ev.wait_status) && WEXITSTATUS(*ev.wait_status) == 0;
-  if (!rq.keep_log || !exited_zero) output->commit();  // before classify, which reads a failure's log
-  rep.teardown = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - end_of_run);
+  finish_output(run, end_of_run);
 
-  if (rq.check_shm) {
-    std::vector<std::string> fresh;
-    for (const auto& name : faultline_shm_entries()) {
-      if (!shm_before.count(name)) fresh.push_back(name);
-    }
-    std::set<std::string> others = shm_held_by_others(fresh);
-    if (others.size() < fresh.size()) {
-      // An entry of someone else on the machine (a test or campaign beside this one) can be
-      // caught between its holder's end and its removal: one still there, and still unheld,
-      // a moment later is the run's.
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      const auto now = faultline_shm_entries();
-      for (const auto& name : fresh) {
-        if (!std::binary_search(now.begin(), now.end(), name)) others.insert(name);
-      }
-      for (const auto& name : shm_held_by_others(fresh)) others.insert(name);
-    }
-    for (const auto& name : fresh) {
-      if (others.count(name)) continue;
-      ev.leaked_shm.push_back(name);
-      std::error_code ec;
-      fs::remove(fs::path("/dev/shm") / name, ec);  // the next run must not inherit it
-    }
-  }
+  if (rq.check_shm) collect_leaked_shm(run.shm_before, ev);
   rep.verdict = classify(ev);
   if (rq.keep_log) {
-    if (rq.keep_log(rep)) output->commit();
-    else output->discard();
+    if (rq.keep_log(rep)) run.output->commit();
+    else run.output->discard();
   }
   return rep;
 }

@@ -63,6 +63,18 @@ void kill_and_reap(pid_t pid, int pidfd);
 /// argv[0] as posix_spawnp finds it: through the harness's PATH when it has no '/'.
 core::result<std::string> resolve_program(const std::string& name);
 
+/// What a contained start executes, made before the clone (its child may not allocate): the file
+/// (resolve_program; made absolute from the harness's directory when the program starts in
+/// another, spawn_options::cwd) and argv, envp as null-terminated arrays pointing into the
+/// spawn_options, which must outlive it.
+struct exec_image {
+  std::string path;
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+};
+/// Errors: resolve_program's.
+core::result<exec_image> exec_image_of(const spawn_options& o);
+
 /// Guards watched_runs (and containment.cc's table of keepers).
 extern std::mutex keepers_mu;
 /// program -> its run cgroup, for runs started by spawn_watched (run_cgroup_of).
