@@ -348,6 +348,8 @@ struct cli_options {
   raw_args run, verify;
   exec_args exec;
   soak_args soak;
+  shrink_args shrink;
+  bisect_args bisect;
   region_args region;
   reports::report_options report;
   reports::gate_options gate;
@@ -378,6 +380,10 @@ std::vector<subcommand> subcommands(cli_options& o) {
        [&o](cli_context& ctx) { return cmd_verify(o.verify, ctx); }},
       {[&o](CLI::App& app) { return add_soak_command(app, o.soak); }, [&o](cli_context& ctx) { return cmd_soak(o.soak, ctx); },
        &o.soak.command},
+      {[&o](CLI::App& app) { return add_shrink_command(app, o.shrink); },
+       [&o](cli_context& ctx) { return cmd_shrink(o.shrink, ctx); }},
+      {[&o](CLI::App& app) { return add_bisect_command(app, o.bisect); },
+       [&o](cli_context& ctx) { return cmd_bisect(o.bisect, ctx); }},
       {[&o](CLI::App& app) { return add_region_command(app, o.region); },
        [&o](cli_context& ctx) { return region_command(o.region.path, o.region.repair, o.region.json, ctx.out, ctx.err); }},
       {[&o](CLI::App& app) { return add_report_command(app, o.report); },

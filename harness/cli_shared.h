@@ -151,4 +151,29 @@ int cmd_run(const raw_args& a, cli_context& ctx);
 int cmd_exec(const exec_args& a, cli_context& ctx);
 int cmd_verify(const raw_args& a, cli_context& ctx);
 
+// shrink and bisect (cli_triage.cc): from a failure to its cause (harness/triage/).
+struct triage_args {
+  std::string timeout, crash = "auto", grace = format_duration(default_grace);
+  std::vector<std::string> env;
+  command_flags flags;  // an exec run's, given again
+};
+struct shrink_args {
+  std::string out, run, to, budget;
+  std::uint64_t confirm = default_shrink_confirm_runs, max_runs = default_shrink_max_runs;
+  bool json = false;
+  triage_args common;
+};
+struct bisect_args {
+  std::string good, bad, build, signature, seed, out = default_bisect_out_dir;
+  std::uint64_t runs = default_bisect_runs, batch = default_bisect_batch;
+  double alpha = default_bisect_alpha;
+  triage_args common;
+  std::vector<std::string> command;  // after --
+};
+void add_triage_options(CLI::App* sub, triage_args& a);
+CLI::App* add_shrink_command(CLI::App& app, shrink_args& a);
+CLI::App* add_bisect_command(CLI::App& app, bisect_args& a);
+int cmd_shrink(const shrink_args& a, cli_context& ctx);
+int cmd_bisect(const bisect_args& a, cli_context& ctx);
+
 }  // namespace faultline::harness::cli_detail

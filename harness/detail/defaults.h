@@ -50,4 +50,22 @@ inline constexpr std::chrono::milliseconds default_report_every = std::chrono::m
 inline constexpr const char* default_campaign_out_dir = "faultline-out";
 inline constexpr const char* default_soak_out_dir = "faultline-soak";
 
+/// The shrink (harness/triage/shrink.h): runs of the original spec, and of the minimal one, that
+/// measure their rates (--confirm); the stopping rule's bound as a fraction of the original rate
+/// (a candidate is gone once its runs bound its rate below it at 95%); its budgets (--max-runs,
+/// --budget).
+inline constexpr std::uint64_t default_shrink_confirm_runs = 20;
+inline constexpr double default_shrink_gone_fraction = 0.5;
+inline constexpr std::uint64_t default_shrink_max_runs = 1000;
+inline constexpr std::chrono::milliseconds default_shrink_budget = std::chrono::minutes(30);
+
+/// The bisect (harness/triage/bisect.h): runs at most per commit (--runs; the endpoints get all
+/// of them), runs between two looks at the test (--batch), the error bound of each decision
+/// (--alpha, the gate's default), the build command's timeout, and where it writes (--out).
+inline constexpr std::uint64_t default_bisect_runs = 60;
+inline constexpr std::uint64_t default_bisect_batch = 10;
+inline constexpr double default_bisect_alpha = 0.01;
+inline constexpr std::chrono::milliseconds default_bisect_build_timeout = std::chrono::minutes(30);
+inline constexpr const char* default_bisect_out_dir = "faultline-bisect";
+
 }  // namespace faultline::harness

@@ -1,0 +1,278 @@
+#include "harness/triage/bisect.h"
+
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <fstream>
+
+#include "harness/detail/sys.h"
+#include "harness/run/process.h"
+#include "harness/triage/sampler.h"
+#include "reports/significance.h"
+
+namespace faultline::harness {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr std::chrono::milliseconds git_timeout = std::chrono::minutes(5);
+
+// `git -C repo ARGS`; its stdout, or an error with what it said.
+core::result<std::string> git(const fs::path& repo, std::vector<std::string> args) {
+  args.insert(args.begin(), {"git", "-C", repo.string()});
+  auto r = run_tool(args, git_timeout, current_environment(), true);
+  if (!r) return r.error();
+  if (r->timed_out || !WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0)
+    return core::status(core::errc::invalid_argument, detail::shell_join(args) + ": " +
+                                                         (r->errors.empty() ? std::string("failed") : r->errors));
+  std::string out = r->output;
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+// The worktrees of one bisect: in a temporary folder outside the checkout, each removed after
+// its commit was measured, the folder at the end.
+class worktrees {
+ public:
+  explicit worktrees(fs::path repo) : repo_(std::move(repo)) {
+    std::string pattern = (fs::temp_directory_path() / "faultline-bisect-XXXXXX").string();
+    if (::mkdtemp(pattern.data())) root_ = pattern;
+  }
+  ~worktrees() {
+    std::error_code ec;
+    if (root_.empty()) return;
+    fs::remove_all(root_, ec);
+    (void)git(repo_, {"worktree", "prune"});
+  }
+  worktrees(const worktrees&) = delete;
+  worktrees& operator=(const worktrees&) = delete;
+
+  core::result<fs::path> add(const std::string& commit) {
+    if (root_.empty()) return core::status(core::errc::io_error, "cannot create a temporary folder for the worktrees");
+    const fs::path wt = root_ / commit.substr(0, 12);
+    if (auto r = git(repo_, {"worktree", "add", "--detach", wt.string(), commit}); !r)
+      return core::status(core::errc::io_error, r.error().message());
+    return wt;
+  }
+  void remove(const fs::path& wt) {
+    if (!git(repo_, {"worktree", "remove", "--force", wt.string()})) {
+      std::error_code ec;
+      fs::remove_all(wt, ec);
+    }
+  }
+
+ private:
+  fs::path repo_;
+  fs::path root_;
+};
+
+// The state of one bisect while it runs.
+struct bisector {
+  const bisect_options& o;
+  worktrees trees;
+  sampler runs;
+  bisect_result r;
+  reports::proportion good_ref, bad_ref;
+
+  bool cancelled() const { return o.run_settings.cancel && o.run_settings.cancel->load(); }
+  bool counts(const run_record& x) const {
+    if (x.result == outcome::pass) return false;
+    return !o.signature || x.signature.find(*o.signature) != std::string::npos;
+  }
+
+  // Builds the commit in `wt`; "" when it built, else why not.
+  std::string build(const fs::path& wt) {
+    if (o.build.empty()) return "";
+    auto b = run_tool({"/bin/sh", "-c", "cd " + detail::shell_quote(wt.string()) + " && " + o.build}, o.build_timeout);
+    if (!b) return b.error().message();
+    if (b->timed_out) return "the build ran past its timeout";
+    if (!WIFEXITED(b->status) || WEXITSTATUS(b->status) != 0) {
+      std::string tail = b->output.size() > 400 ? b->output.substr(b->output.size() - 400) : b->output;
+      return "the build failed: " + tail;
+    }
+    return "";
+  }
+
+  // The verdict of `s` at this look; "" while undecided.
+  std::string judge(bisect_step& s, std::uint64_t looks) const {
+    const reports::proportion now{s.failures, s.runs};
+    s.p_like_bad = reports::fisher_greater(good_ref, now);
+    s.p_like_good = reports::fisher_greater(now, bad_ref);
+    const double a = o.alpha / static_cast<double>(looks);
+    if (s.p_like_bad < a && s.p_like_good >= a) return "bad";
+    if (s.p_like_good < a && s.p_like_bad >= a) return "good";
+    return "";
+  }
+
+  // Runs the command at `commit`: all `runs` runs for an endpoint, batches until decided else.
+  core::result<bisect_step> measure(const std::string& commit, const std::string& role) {
+    auto subject = git(o.repo, {"log", "-1", "--format=%s", commit});
+    bisect_step s;
+    s.commit = commit;
+    s.subject = subject ? *subject : std::string();
+    s.role = role;
+    s.verdict = "undecided";
+    auto wt = trees.add(commit);
+    if (!wt) return wt.error();
+    if (std::string why = build(*wt); !why.empty()) {
+      trees.remove(*wt);
+      s.verdict = "skip";
+      s.why = why;
+      return s;
+    }
+    const variant v = o.make_variant(*wt);
+    const std::uint64_t looks = (o.runs + o.batch - 1) / o.batch;
+    while (s.runs < o.runs && !cancelled()) {
+      const std::uint64_t n = role == "step" ? std::min(o.batch, o.runs - s.runs) : o.runs;
+      auto got = runs.sample(v, o.seed + s.runs, n, [this](const run_record& x) { return counts(x); });
+      if (!got) {
+        trees.remove(*wt);
+        return got.error();
+      }
+      s.runs += got->runs;
+      s.failures += got->hits;
+      if (got->interrupted || got->runs == 0) break;
+      if (role != "step") continue;
+      if (std::string verdict = judge(s, looks); !verdict.empty()) {
+        s.verdict = verdict;
+        break;
+      }
+    }
+    trees.remove(*wt);
+    if (role != "step") s.verdict = role;
+    else if (s.verdict == "undecided") s.why = cancelled() ? "interrupted" : "neither like good nor like bad after " + std::to_string(s.runs) + " runs";
+    return s;
+  }
+
+  core::status record(const bisect_step& s) {
+    r.steps.push_back(s);
+    if (o.on_step) o.on_step(s);
+    return save();
+  }
+
+  // bisect.json, rewritten after every commit and at the end.
+  core::status save() const {
+    std::ofstream f(o.out_dir / "bisect.json", std::ios::trunc);
+    f << to_json(r, o).dump(2) << "\n";
+    if (!f) return core::status(core::errc::io_error, "cannot write " + (o.out_dir / "bisect.json").string());
+    return {};
+  }
+
+  core::status endpoints(const std::string& good, const std::string& bad);
+  core::status search(const std::vector<std::string>& commits);
+};
+
+core::status bisector::endpoints(const std::string& good, const std::string& bad) {
+  for (const auto& [commit, role] : {std::pair{good, "good"}, std::pair{bad, "bad"}}) {
+    auto s = measure(commit, role);
+    if (!s) return s.error();
+    if (s->verdict == "skip") {
+      r.problem = std::string("the ") + role + " revision did not build: " + s->why;
+      return record(*s);
+    }
+    (role == std::string("good") ? good_ref : bad_ref) = {s->failures, s->runs};
+    if (auto w = record(*s); !w) return w;
+    if (cancelled()) return {};
+  }
+  const double p = reports::fisher_greater(good_ref, bad_ref);
+  if (!(p < o.alpha))
+    r.problem = "the bad revision's rate (" + std::to_string(bad_ref.failures) + "/" + std::to_string(bad_ref.runs) +
+                ") is not greater than the good one's (" + std::to_string(good_ref.failures) + "/" +
+                std::to_string(good_ref.runs) + ") at alpha " + std::to_string(o.alpha) + " (p = " + std::to_string(p) +
+                "): more --runs, or revisions further apart";
+  return {};
+}
+
+// Binary search over commits (good excluded, bad included): lo is the last known good index
+// (-1: the good revision), hi the first known bad; a skipped or undecided commit is passed over
+// for the untested one nearest the middle.
+core::status bisector::search(const std::vector<std::string>& commits) {
+  std::vector<std::string> state(commits.size());
+  long lo = -1, hi = static_cast<long>(commits.size()) - 1;
+  while (hi - lo > 1 && !cancelled()) {
+    const long mid = (lo + hi) / 2;
+    long pick = -1;
+    for (long d = 0; pick < 0 && d < hi - lo; ++d)
+      for (long c : {mid - d, mid + d + 1})
+        if (pick < 0 && c > lo && c < hi && state[static_cast<std::size_t>(c)].empty()) pick = c;
+    if (pick < 0) break;
+    auto s = measure(commits[static_cast<std::size_t>(pick)], "step");
+    if (!s) return s.error();
+    state[static_cast<std::size_t>(pick)] = s->verdict;
+    if (auto w = record(*s); !w) return w;
+    if (s->verdict == "bad") hi = pick;
+    if (s->verdict == "good") lo = pick;
+  }
+  r.interrupted = cancelled();
+  if (hi - lo == 1 && !r.interrupted) r.first_bad = commits[static_cast<std::size_t>(hi)];
+  else
+    for (long c = lo + 1; c <= hi; ++c) r.undecided_range.push_back(commits[static_cast<std::size_t>(c)]);
+  return {};
+}
+
+}  // namespace
+
+core::result<std::pair<std::string, std::string>> resolve_revisions(const fs::path& repo, const std::string& good,
+                                                                   const std::string& bad) {
+  if (auto top = git(repo, {"rev-parse", "--show-toplevel"}); !top)
+    return core::status(core::errc::invalid_argument, repo.string() + " is not a git checkout");
+  auto g = git(repo, {"rev-parse", "--verify", "--quiet", good + "^{commit}"});
+  if (!g) return core::status(core::errc::invalid_argument, "--good '" + good + "' names no commit");
+  auto b = git(repo, {"rev-parse", "--verify", "--quiet", bad + "^{commit}"});
+  if (!b) return core::status(core::errc::invalid_argument, "--bad '" + bad + "' names no commit");
+  if (*g == *b) return core::status(core::errc::invalid_argument, "--good and --bad name the same commit");
+  if (!git(repo, {"merge-base", "--is-ancestor", *g, *b}))
+    return core::status(core::errc::invalid_argument, "--good " + good + " is not an ancestor of --bad " + bad);
+  return std::pair{*g, *b};
+}
+
+core::result<bisect_result> run_bisect(const bisect_options& o) {
+  auto revs = resolve_revisions(o.repo, o.good, o.bad);
+  if (!revs) return revs.error();
+  if (o.runs == 0 || o.batch == 0 || !(o.alpha > 0 && o.alpha < 1) || !o.make_variant)
+    return core::status(core::errc::invalid_argument, "bisect: runs and batch must be positive, alpha in (0, 1)");
+  auto list = git(o.repo, {"rev-list", "--reverse", "--ancestry-path", revs->first + ".." + revs->second});
+  if (!list) return list.error();
+  std::vector<std::string> commits;
+  for (std::size_t at = 0; at < list->size();) {
+    auto nl = list->find('\n', at);
+    if (nl == std::string::npos) nl = list->size();
+    if (nl > at) commits.push_back(list->substr(at, nl - at));
+    at = nl + 1;
+  }
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  if (ec) return core::status(core::errc::io_error, "cannot create " + o.out_dir.string() + ": " + ec.message());
+  bisector b{o, worktrees(o.repo), sampler(o.run_settings, o.out_dir / "samples"), {}, {}, {}};
+  b.r.commits = commits.size();
+  if (auto s = b.endpoints(revs->first, revs->second); !s) return s;
+  if (!b.r.problem.empty() || b.cancelled()) {
+    b.r.interrupted = b.cancelled();
+    return b.r;
+  }
+  if (auto s = b.search(commits); !s) return s;
+  if (auto s = b.save(); !s) return s;  // with the answer
+  return b.r;
+}
+
+nlohmann::json to_json(const bisect_result& r, const bisect_options& o) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& s : r.steps)
+    steps.push_back({{"commit", s.commit}, {"subject", s.subject}, {"role", s.role}, {"verdict", s.verdict},
+                     {"runs", s.runs}, {"failures", s.failures}, {"p_like_bad", s.p_like_bad},
+                     {"p_like_good", s.p_like_good}, {"why", s.why}});
+  return {{"good", o.good},
+          {"bad", o.bad},
+          {"alpha", o.alpha},
+          {"runs", o.runs},
+          {"batch", o.batch},
+          {"seed", o.seed},
+          {"signature", o.signature ? nlohmann::json(*o.signature) : nlohmann::json(nullptr)},
+          {"commits", r.commits},
+          {"steps", steps},
+          {"first_bad", r.first_bad ? nlohmann::json(*r.first_bad) : nlohmann::json(nullptr)},
+          {"undecided_range", r.undecided_range},
+          {"problem", r.problem},
+          {"interrupted", r.interrupted}};
+}
+
+}  // namespace faultline::harness
