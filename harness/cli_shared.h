@@ -164,7 +164,7 @@ struct shrink_args {
   triage_args common;
 };
 struct bisect_args {
-  std::string good, bad, build, signature, seed, out = default_bisect_out_dir;
+  std::string good, bad, build, signature, seed, out = default_bisect_out_dir, repo = ".";
   std::uint64_t runs = default_bisect_runs, batch = default_bisect_batch;
   double alpha = default_bisect_alpha;
   triage_args common;

@@ -274,7 +274,7 @@ std::map<std::string, std::set<std::string>> readme_options() {
 
 TEST(cli, readme_documents_every_option_of_every_command) {
   const auto documented = readme_options();
-  const std::vector<std::string> commands = {"",       "list",  "run",  "exec",  "verify",    "soak",
+  const std::vector<std::string> commands = {"",       "list",  "run",  "exec",  "verify",    "soak",  "shrink", "bisect",
                                              "region", "report", "gate", "cores", "agent-env", "agent-report"};
   for (const auto& c : commands) {
     SCOPED_TRACE("faultline " + c);

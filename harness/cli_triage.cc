@@ -13,11 +13,12 @@ constexpr const char* shrink_about = R"(Shrink a failing run's fault spec:  faul
 RUN is a run id as OUT/results.jsonl names it (the summary's "first:" line, e.g. my_test.s42). The
 run is replayed with its seed and spec ({confirm} runs from its seed measure the rate r0 of the
 same failure: same outcome, phase and signature), then items are removed, terms removed, counts,
-probabilities and delays halved, each change kept while the failure still reproduces. A candidate
-runs with seeds S, S+1, ... (S: the run's) until the failure shows (it reproduces) or until its
-runs without it bound its rate below {gone} x r0 at 95% (it is gone): n = runs_to_claim(0,
-{gone} x r0) runs, so a flaky failure shrinks too. The minimal spec is then run {confirm} times
-again and its rate printed with its 95% interval, with the runs spent and a repro line. Works for
+probabilities and delays halved, each change kept while the failure still reproduces. A
+candidate runs with seeds S, S+1, ... (S: the run's); with n the runs without the failure that
+bound its rate below {gone} x r0 at 95% (n = runs_to_claim(0, {gone} x r0)) and k = ceil({gone} x
+r0 x n), it is kept as soon as k of its runs show the failure and gone as soon as the rest of its
+n runs could no longer bring k, so a flaky failure shrinks too. The minimal spec is then run
+{confirm} times again and its rate printed with its 95% interval, with the runs spent and a repro line. Works for
 `faultline run` and `faultline exec` runs (give exec's --no-preload or --late-cuda again where the
 campaign had them, and --crash-capture where it was not auto: signatures depend on it). The
 steps go to OUT/shrink/RUN/shrink.json (or --to DIR) and its runs to DIR/samples; nothing else in
@@ -173,7 +174,7 @@ int cmd_shrink(const shrink_args& a, cli_context& ctx) {
   s.user_env = a.common.env;
   const std::string repro = catalog ? "faultline run " + detail::shell_quote(best.name) + repro_flags(best, s)
                                     : exec_repro(best, s, a.common.flags);
-  if (a.json) ctx.out << to_json(*r, o.target).dump() << "\n";
+  if (a.json) ctx.out << nlohmann::json(to_record(*r, o.target)).dump() << "\n";
   else print_shrink(*r, o.target, repro, o.work_dir, ctx.out);
   ctx.out.flush();
   if (r->stopped == "interrupted") return exit_interrupted;
@@ -195,6 +196,7 @@ CLI::App* add_bisect_command(CLI::App& app, bisect_args& a) {
   sub->add_option("--alpha", a.alpha, "error bound of each decision: the one-sided test's level, split over the looks (default 0.01)");
   sub->add_option("--signature", a.signature, "count only failures whose signature contains TEXT");
   sub->add_option("--seed", a.seed, "base seed S: the runs at every commit get S, S+1, ... (default: from the clock, printed)");
+  sub->add_option("--repo,-C", a.repo, "the git checkout (default: the working directory)");
   sub->add_option("--out,-o", a.out, std::string("where bisect.json and the runs go (default ") + default_bisect_out_dir + ")");
   add_triage_options(sub, a.common);
   sub->add_option("command", a.command, "the command and its arguments, after --");
@@ -252,6 +254,7 @@ int cmd_bisect(const bisect_args& a, cli_context& ctx) {
   o.run_settings = triage_settings(a.common, ctx);
   o.good = a.good;
   o.bad = a.bad;
+  o.repo = a.repo;
   if (auto revs = resolve_revisions(o.repo, a.good, a.bad); !revs) throw usage_error{revs.error().message()};
   if (auto held = find_recorded_campaign(a.out, false); held && held->any())
     throw usage_error{"--out " + a.out + " holds " + held->describe() + ": give the bisect a folder of its own"};

@@ -1,4 +1,5 @@
 #include "reports/html.h"
+#include "reports/triage_report.h"
 
 #include <algorithm>
 #include <cctype>
@@ -493,6 +494,8 @@ std::string to_html(const report_model& m, const html_options& o) {
       out += "<p>Replay " + html_escape(v.repro_what) + ":</p>\n<pre><code>" + html_escape(v.repro) + "</code></pre>\n";
     out += "</details>\n";
   }
+
+  out += triage_html(m);
 
   // plotly.js once, at the end so that the tables show while it loads; base64 holds no '<'.
   out += "<script type=\"application/octet-stream\" id=\"plotly-js\" data-encoding=\"gzip+base64\">" +

@@ -1,4 +1,5 @@
 #include "reports/markdown.h"
+#include "reports/triage_report.h"
 
 #include <algorithm>
 
@@ -168,6 +169,7 @@ std::string to_markdown(const report_model& m) {
 
   for (const auto& v : m.variants)
     if (!v.ok) variant_section(out, v);
+  out += triage_markdown(m);
 
   if (!m.notes.empty()) {
     out += "\n### Notes\n\n";

@@ -454,6 +454,17 @@ core::result<report_model> load_report(const std::vector<fs::path>& paths) {
     m.variants.push_back(std::move(v));
   }
   m.time = make_timeline(starts);
+  for (const auto& p : paths) {  // what shrink and bisect left beside the results
+    std::error_code ec;
+    if (!fs::is_directory(p, ec)) continue;
+    auto t = harness::find_triage_records(p);
+    if (!t) {
+      m.notes.push_back(t.error().message());
+      continue;
+    }
+    m.shrinks.insert(m.shrinks.end(), t->shrinks.begin(), t->shrinks.end());
+    if (t->bisect) m.bisects.push_back(std::move(*t->bisect));
+  }
   return m;
 }
 

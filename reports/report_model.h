@@ -48,6 +48,7 @@
 #include "harness/results/results.h"
 #include "harness/results/shard.h"
 #include "harness/results/summary.h"
+#include "harness/results/triage_records.h"
 
 namespace faultline::reports {
 
@@ -140,6 +141,9 @@ struct report_model {
   std::uint64_t runs = 0;        ///< runs counted, each once
   std::uint64_t duplicates = 0;  ///< records not counted because their run was already read
   timeline time;
+  /// What `faultline shrink` and `faultline bisect` left in the folders given (triage_report.h).
+  std::vector<harness::shrink_record> shrinks;
+  std::vector<harness::bisect_record> bisects;
 
   /// True when every variant met its expectation.
   [[nodiscard]] bool ok() const;

@@ -152,7 +152,7 @@ struct bisector {
   // bisect.json, rewritten after every commit and at the end.
   core::status save() const {
     std::ofstream f(o.out_dir / "bisect.json", std::ios::trunc);
-    f << to_json(r, o).dump(2) << "\n";
+    f << nlohmann::json(to_record(r, o)).dump(2) << "\n";
     if (!f) return core::status(core::errc::io_error, "cannot write " + (o.out_dir / "bisect.json").string());
     return {};
   }
@@ -254,25 +254,22 @@ core::result<bisect_result> run_bisect(const bisect_options& o) {
   return b.r;
 }
 
-nlohmann::json to_json(const bisect_result& r, const bisect_options& o) {
-  nlohmann::json steps = nlohmann::json::array();
-  for (const auto& s : r.steps)
-    steps.push_back({{"commit", s.commit}, {"subject", s.subject}, {"role", s.role}, {"verdict", s.verdict},
-                     {"runs", s.runs}, {"failures", s.failures}, {"p_like_bad", s.p_like_bad},
-                     {"p_like_good", s.p_like_good}, {"why", s.why}});
-  return {{"good", o.good},
-          {"bad", o.bad},
-          {"alpha", o.alpha},
-          {"runs", o.runs},
-          {"batch", o.batch},
-          {"seed", o.seed},
-          {"signature", o.signature ? nlohmann::json(*o.signature) : nlohmann::json(nullptr)},
-          {"commits", r.commits},
-          {"steps", steps},
-          {"first_bad", r.first_bad ? nlohmann::json(*r.first_bad) : nlohmann::json(nullptr)},
-          {"undecided_range", r.undecided_range},
-          {"problem", r.problem},
-          {"interrupted", r.interrupted}};
+bisect_record to_record(const bisect_result& r, const bisect_options& o) {
+  bisect_record j;
+  j.good = o.good;
+  j.bad = o.bad;
+  j.alpha = o.alpha;
+  j.runs = o.runs;
+  j.batch = o.batch;
+  j.seed = o.seed;
+  j.signature = o.signature;
+  j.commits = r.commits;
+  j.steps = r.steps;
+  j.first_bad = r.first_bad;
+  j.undecided_range = r.undecided_range;
+  j.problem = r.problem;
+  j.interrupted = r.interrupted;
+  return j;
 }
 
 }  // namespace faultline::harness

@@ -36,19 +36,14 @@
 #include "core/status.h"
 #include "harness/campaign/campaign.h"
 #include "harness/detail/defaults.h"
+#include "harness/results/triage_records.h"
 
 namespace faultline::harness {
 
-/// One commit tested.
-struct bisect_step {
-  std::string commit;       ///< full hash
-  std::string subject;      ///< its first line
-  std::string role;         ///< "good", "bad" (the endpoints) or "step"
-  std::string verdict;      ///< good, bad, skip (did not build), undecided
-  std::uint64_t runs = 0, failures = 0;
-  double p_like_bad = 1, p_like_good = 1;  ///< the two one-sided p-values at the last look
-  std::string why;          ///< a skip's build failure, an undecided's reason
-};
+/// One commit tested: its hash and subject, its role (good, bad: the endpoints; step), its
+/// verdict (good, bad, skip: did not build, undecided), runs and failures, the two one-sided
+/// p-values at the last look, and why it was skipped or left undecided.
+using bisect_step = bisect_step_record;
 
 /// How to bisect.
 struct bisect_options {
@@ -87,7 +82,7 @@ core::result<std::pair<std::string, std::string>> resolve_revisions(const std::f
 /// made; run_campaign's errors. Endpoints that do not differ are no error: `problem` says so.
 core::result<bisect_result> run_bisect(const bisect_options& o);
 
-/// bisect.json's object (reports/ reads it back).
-nlohmann::json to_json(const bisect_result& r, const bisect_options& o);
+/// bisect.json (reports/ reads it back: triage_records.h).
+bisect_record to_record(const bisect_result& r, const bisect_options& o);
 
 }  // namespace faultline::harness

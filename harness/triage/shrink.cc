@@ -75,7 +75,7 @@ struct shrinker {
     return got;
   }
 
-  core::status save() { return write_state(o.work_dir, to_json(r, o.target)); }
+  core::status save() { return write_state(o.work_dir, nlohmann::json(to_record(r, o.target))); }
 
   // Tries one candidate; returns whether it reproduced (and was not cut short).
   core::result<bool> attempt(const std::string& spec, const std::string& change) {
@@ -185,32 +185,30 @@ core::result<shrink_result> run_shrink(const shrink_options& o) {
   return sh.r;
 }
 
-nlohmann::json to_json(const shrink_result& r, const run_record& target) {
-  nlohmann::json steps = nlohmann::json::array();
-  for (const auto& s : r.steps)
-    steps.push_back({{"spec", s.spec}, {"change", s.change}, {"reproduced", s.reproduced}, {"runs", s.runs}, {"hits", s.hits}, {"first_seed", s.first_seed}});
-  nlohmann::json j = {{"run_id", target.run_id},
-                      {"name", target.name},
-                      {"seed", target.seed},
-                      {"outcome", to_string(target.result)},
-                      {"phase", to_string(target.when)},
-                      {"signature", target.signature},
-                      {"original", r.original},
-                      {"minimal", r.minimal},
-                      {"reproduced", r.reproduced},
-                      {"original_runs", r.original_runs},
-                      {"original_hits", r.original_hits},
-                      {"runs_per_candidate", r.runs_per_candidate},
-                      {"hits_to_keep", r.hits_to_keep},
-                      {"steps", steps},
-                      {"confirm_runs", r.confirm_runs},
-                      {"confirm_hits", r.confirm_hits},
-                      {"rate", r.rate.rate},
-                      {"rate_lower95", r.rate.lower95},
-                      {"rate_upper95", r.rate.upper95},
-                      {"repro_seed", r.repro_seed},
-                      {"runs_spent", r.runs_spent},
-                      {"stopped", r.stopped}};
+shrink_record to_record(const shrink_result& r, const run_record& target) {
+  shrink_record j;
+  j.run_id = target.run_id;
+  j.name = target.name;
+  j.seed = target.seed;
+  j.outcome = to_string(target.result);
+  j.phase = to_string(target.when);
+  j.signature = target.signature;
+  j.original = r.original;
+  j.minimal = r.minimal;
+  j.reproduced = r.reproduced;
+  j.original_runs = r.original_runs;
+  j.original_hits = r.original_hits;
+  j.runs_per_candidate = r.runs_per_candidate;
+  j.hits_to_keep = r.hits_to_keep;
+  j.steps = r.steps;
+  j.confirm_runs = r.confirm_runs;
+  j.confirm_hits = r.confirm_hits;
+  j.rate = r.rate.rate;
+  j.rate_lower95 = r.rate.lower95;
+  j.rate_upper95 = r.rate.upper95;
+  j.repro_seed = r.repro_seed;
+  j.runs_spent = r.runs_spent;
+  j.stopped = r.stopped;
   return j;
 }
 

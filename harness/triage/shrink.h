@@ -46,18 +46,13 @@
 #include "harness/detail/defaults.h"
 #include "harness/results/results.h"
 #include "harness/results/stats.h"
+#include "harness/results/triage_records.h"
 
 namespace faultline::harness {
 
-/// One candidate tried.
-struct shrink_step {
-  std::string spec;      ///< the candidate spec
-  std::string change;    ///< what it changed ("removed item exit/start", "halved the probability of ...")
-  bool reproduced = false;  ///< kept: the failure showed in hits_to_keep of its runs
-  std::uint64_t runs = 0;  ///< runs it took (until it was decided)
-  std::uint64_t hits = 0;  ///< runs among them that showed the failure
-  std::uint64_t first_seed = 0;
-};
+/// One candidate tried: its spec, what it changed ("removed item exit/start", "halved the
+/// probability of exit/end term 1"), whether it was kept, and its runs and hits.
+using shrink_step = shrink_step_record;
 
 /// How to shrink.
 struct shrink_options {
@@ -100,7 +95,7 @@ std::vector<std::pair<std::string, std::string>> shrink_candidates(const std::st
 /// not reproduce is no error: reproduced is false and nothing was shrunk.
 core::result<shrink_result> run_shrink(const shrink_options& o);
 
-/// shrink.json's object (reports/ reads it back).
-nlohmann::json to_json(const shrink_result& r, const run_record& target);
+/// shrink.json (reports/ reads it back: triage_records.h).
+shrink_record to_record(const shrink_result& r, const run_record& target);
 
 }  // namespace faultline::harness
