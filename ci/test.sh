@@ -1,22 +1,30 @@
 #!/usr/bin/env bash
 # Runs every test: the unit and end-to-end tests (CTest), `faultline verify` on the simulated
 # device, the pytest driver's tests, then the unit tests again under ASan+UBSan, the shared
-# accounting's tests under TSan, the region validator's fuzz target for a minute, and the cluster path
+# accounting's tests under TSan, the region validator's fuzz target for 30 s, and the cluster path
 # (manifests checked, sharding end to end, a one-node Slurm running the sharded soak for real).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export FAULTLINE_DEVICE=${FAULTLINE_DEVICE:-sim}
 
-ci/setup.sh build
-python3 ci/floors.py  # every #include points down the floors its room's CMakeLists.txt names
+# Each step's time goes to stderr as it ends ("ci/test.sh: 212 s  CTest"), and the list again at
+# the end: where a run's time goes, step by step, for the next change that wants it shorter.
+steps=()
+step_start=$SECONDS
+step() {
+  local took=$((SECONDS - step_start))
+  steps+=("$(printf '%5d s  %s' "$took" "$1")")
+  echo "ci/test.sh: $took s  $1" >&2
+  step_start=$SECONDS
+}
 
-# The sanitizer builds compile at the lowest priority while the tests above them run: CTest and the
-# driver's tests mostly wait (runs' timeouts, hung children), using about a quarter of the two
-# cores, and a niced compiler takes only what they leave (a test keeps the processor whenever it
-# wants it). Each build's log goes to its own file, printed if it fails.
+ci/setup.sh build
+step "set-up and build"
+# The sanitizer builds compile at the lowest priority while the steps after them run: CTest (its
+# longest test, verify, mostly waits on hung runs), the driver's tests and the one-node Slurm used
+# about 0.8 of the two cores here, and a niced compiler takes only what they leave (a test keeps
+# the processor whenever it wants it). Their log goes to its own file, printed if they fail.
 # Sanitizer pass: unit tests only (the benchmarks and CUDA backend add nothing under ASan here).
-# Several tests prove that a bug re-created by a bug point dies by SIGSEGV; ASan must leave those
-# signals to the process (and to faultline's crash handler) instead of turning them into exit 1.
 # The sanitizer builds trade optimisation for build time (-O1), and the TSan and fuzz builds,
 # which run no debugger, full debug info too (-g1: line tables, enough for their reports; the
 # ASan pass keeps -g: its end-to-end tests read hung runs' stacks with gdb, which names functions
@@ -25,9 +33,7 @@ san_flags=(-DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" "-DCMAKE_C_FLAGS=
 sanitizer_builds() {
   nice -n 19 ci/setup.sh build-asan -DFAULTLINE_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g" \
     "-DCMAKE_C_FLAGS=-O1 -g" -DFAULTLINE_BENCHMARKS=OFF -DFAULTLINE_CUDA=OFF
-  # ThreadSanitizer over the shared accounting (lock, seqlock, slots: threads writing and reading
-  # one region) and the registry (workers, drains, concurrent unregisters); only those test
-  # binaries are built.
+  # TSan: only the accounting and registry tests are built.
   cmake -S . -B build-tsan -G Ninja -DFAULTLINE_SANITIZE=thread "${san_flags[@]}" >/dev/null
   nice -n 19 cmake --build build-tsan --target accounting_test registry_test
   # The region validator under libFuzzer (clang, ASan+UBSan).
@@ -35,38 +41,25 @@ sanitizer_builds() {
     -DFAULTLINE_SANITIZE=address,undefined -DFAULTLINE_TESTS=OFF "${san_flags[@]}" >/dev/null
   nice -n 19 cmake --build build-fuzz --target accounting_fuzz
 }
-mkdir -p build
 sanitizer_builds >build/sanitizer-builds.log 2>&1 &
 san_pid=$!
-san_done() {
-  if ! wait "$san_pid"; then
-    tail -n 60 build/sanitizer-builds.log >&2
-    echo "ci/test.sh: the sanitizer builds failed (build/sanitizer-builds.log)" >&2
-    exit 1
-  fi
-}
+
+python3 ci/floors.py  # every #include points down the floors its room's CMakeLists.txt names
 
 # The pytest driver (drivers/pytest): its package in a venv of its own. It brings py-spy, with
 # which faultline reads a hung Python process's frames: CTest's test of that must find it.
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q -e 'drivers/pytest[test]'
 export FAULTLINE_PY_SPY=$PWD/.venv/bin/py-spy FAULTLINE_REQUIRE_PY_SPY=1
+step "floors, the driver's venv"
 
-(cd build && ctest --output-on-failure --parallel "$(nproc)" --timeout 300)
+# One more test at once than there are cores: verify, started first, mostly waits.
+(cd build && ctest --output-on-failure --parallel "$(($(nproc) + 1))" --timeout 300)
+step "CTest"
 
 # The driver's tests (they drive build/bin/faultline).
 .venv/bin/python -m pytest drivers/pytest/tests -q -p no:cacheprovider
-
-san_done
-(cd build-asan &&
-  ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0 \
-  ctest --output-on-failure --parallel "$(nproc)" --timeout 600 -LE no-sanitize)
-TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/accounting_test --gtest_brief=1
-TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/registry_test --gtest_brief=1
-
-# The region validator under libFuzzer for a bounded time.
-mkdir -p build-fuzz/corpus
-build-fuzz/bin/accounting_fuzz -max_total_time=30 -timeout=10 -print_final_stats=1 build-fuzz/corpus 2>&1 | tail -3
+step "the driver's tests"
 
 # --- ci/cluster: the cluster manifests, workflow and scripts validated (schemas, shellcheck), and
 # sharding by each scheduler's variables end to end (every run in one shard, the merge counts all).
@@ -76,7 +69,32 @@ ci/cluster/check.sh
 # array soak and gather, then a cancelled and requeued shard (about 80 s; root, as the daemons).
 if [ "$(id -u)" -eq 0 ]; then ci/cluster/slurm/one-node.sh; else sudo -E ci/cluster/slurm/one-node.sh; fi
 # --- end ci/cluster
+step "cluster: manifests, sharding, one-node Slurm"
+
+if ! wait "$san_pid"; then
+  tail -n 60 build/sanitizer-builds.log >&2
+  echo "ci/test.sh: the sanitizer builds failed (build/sanitizer-builds.log)" >&2
+  exit 1
+fi
+step "the rest of the sanitizer builds"
+
+# Several tests prove that a bug re-created by a bug point dies by SIGSEGV; ASan must leave those
+# signals to the process (and to faultline's crash handler) instead of turning them into exit 1.
+(cd build-asan &&
+  ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0 \
+  ctest --output-on-failure --parallel "$(($(nproc) + 1))" --timeout 600 -LE no-sanitize)
+step "CTest under ASan+UBSan"
+# ThreadSanitizer over the shared accounting (lock, seqlock, slots: threads writing and reading
+# one region) and the registry (workers, drains, concurrent unregisters).
+TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/accounting_test --gtest_brief=1
+TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/registry_test --gtest_brief=1
+# The region validator under libFuzzer (clang, ASan+UBSan), for a bounded time.
+mkdir -p build-fuzz/corpus
+build-fuzz/bin/accounting_fuzz -max_total_time=30 -timeout=10 -print_final_stats=1 build-fuzz/corpus 2>&1 | tail -3
+step "TSan and fuzz runs"
 
 # The GPU record's generator (ci/gpu/record.py) over real-format fixtures.
 .venv/bin/python -m pytest ci/gpu/tests ci/tests -q -p no:cacheprovider
-echo "ci/test.sh: all tests passed"
+step "the GPU record's and CI's own tests"
+printf 'ci/test.sh: %s\n' "${steps[@]}" >&2
+echo "ci/test.sh: all tests passed in $SECONDS s"

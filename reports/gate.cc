@@ -137,20 +137,8 @@ baseline parse_document(const json& j) {
   return b;
 }
 
-std::string outcome_and_phase(outcome o, phase p) {
-  std::string s(harness::to_string(o));
-  if (p != phase::none) s += "/" + std::string(harness::to_string(p));
-  return s;
-}
-
 std::string fraction(std::uint64_t k, std::uint64_t n) {
   return detail::thousands(k) + " of " + detail::thousands(n) + " (" + detail::percent(n ? static_cast<double>(k) / static_cast<double>(n) : 0.0) + ")";
-}
-
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
 }
 
 std::uint64_t get(const std::map<outcome, std::uint64_t>& m, outcome o) {
@@ -349,7 +337,7 @@ gate_result compare(const baseline& base, const report_model& current, double al
       const std::string change = what + " " + fraction(was.failures, was.runs) + " -> " + fraction(now.failures, now.runs);
       if (p_worse < alpha) {
         add(finding_kind::worse, true,
-            change + "; Fisher's exact test, one-sided (greater): " + detail::p_value(p_worse) + " < alpha " + number(alpha),
+            change + "; Fisher's exact test, one-sided (greater): " + detail::p_value(p_worse) + " < alpha " + detail::number(alpha),
             p_worse);
       } else if (p_better < alpha) {
         add(finding_kind::better, false, change + "; Fisher's exact test, one-sided (less): " + detail::p_value(p_better), p_better);
@@ -386,13 +374,13 @@ gate_result compare(const baseline& base, const report_model& current, double al
           std::any_of(b->signatures.begin(), b->signatures.end(),
                       [&](const baseline_signature& bs) { return crash_of_signal(bs, s.signature); })) {
         add(finding_kind::new_signature, false,
-            "signal-only signature " + outcome_and_phase(s.result, s.when) + " \"" + detail::one_line(s.signature) + "\" in " +
+            "signal-only signature " + detail::outcome_and_phase(s.result, s.when) + " \"" + detail::one_line(s.signature) + "\" in " +
                 detail::thousands(s.count) + (s.count == 1 ? " run" : " runs") +
                 " (no stacks to tell it from the baseline's crashes of the same signal; first " + s.first_run + ")");
         continue;
       }
       add(finding_kind::new_signature, !detection,
-          "new signature " + outcome_and_phase(s.result, s.when) + " \"" + detail::one_line(s.signature) + "\" in " +
+          "new signature " + detail::outcome_and_phase(s.result, s.when) + " \"" + detail::one_line(s.signature) + "\" in " +
               detail::thousands(s.count) + (s.count == 1 ? " run" : " runs") + " (first " + s.first_run +
               (s.first_log.empty() ? "" : ", log " + s.first_log) + ")");
     }
@@ -400,7 +388,7 @@ gate_result compare(const baseline& base, const report_model& current, double al
       for (const auto& s : b->signatures) {
         if (s.signature.empty() || now_sigs.count(s.signature)) continue;
         add(finding_kind::gone_signature, false,
-            "signature no longer seen: " + outcome_and_phase(s.result, s.when) + " \"" + detail::one_line(s.signature) + "\" (baseline: " +
+            "signature no longer seen: " + detail::outcome_and_phase(s.result, s.when) + " \"" + detail::one_line(s.signature) + "\" (baseline: " +
                 detail::thousands(s.count) + (s.count == 1 ? " run)" : " runs)"));
       }
     }

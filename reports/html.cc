@@ -62,12 +62,6 @@ json base_layout(const std::string& title, int height) {
           {"font", {{"size", 12}}}};
 }
 
-std::string outcome_and_phase(outcome o, phase p) {
-  std::string s(harness::to_string(o));
-  if (p != phase::none) s += "/" + std::string(harness::to_string(p));
-  return s;
-}
-
 // A figure as JSON that can sit inside a <script> element: no "<", ">" or "&" appears raw (they
 // can occur only inside JSON strings, where \u003c is the same character), so nothing in it can
 // close the element or open a comment.
@@ -443,7 +437,7 @@ std::string to_html(const report_model& m, const html_options& o) {
            detail::thousands(static_cast<std::uint64_t>(v.durations.p99_ms)) + " ms</td><td>";
     if (!s.signatures.empty()) {
       const auto& g = s.signatures.front();
-      out += html_escape(outcome_and_phase(g.result, g.when)) + " " + (g.signature.empty() ? std::string("(none)") : code(g.signature));
+      out += html_escape(detail::outcome_and_phase(g.result, g.when)) + " " + (g.signature.empty() ? std::string("(none)") : code(g.signature));
     }
     out += "</td></tr>\n";
   }
@@ -461,7 +455,7 @@ std::string to_html(const report_model& m, const html_options& o) {
       const auto& sigs = v.summary.signatures;
       for (std::size_t k = 0; k < sigs.size() && k < signatures_listed; ++k) {
         const auto& g = sigs[k];
-        out += "<tr><td class=\"num\">" + detail::thousands(g.count) + "</td><td>" + html_escape(outcome_and_phase(g.result, g.when)) +
+        out += "<tr><td class=\"num\">" + detail::thousands(g.count) + "</td><td>" + html_escape(detail::outcome_and_phase(g.result, g.when)) +
                "</td><td>" + (g.signature.empty() ? std::string("(none)") : code(g.signature)) + "</td><td>" + code(g.first_run) + "</td><td>";
         if (!g.first_log.empty()) out += "<a href=\"" + html_escape(href_to(g.first_log, o.html_dir)) + "\">" + html_escape(g.first_log) + "</a>";
         else out += "(not kept)";

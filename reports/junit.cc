@@ -30,22 +30,10 @@ std::string escape(std::string_view text, bool attribute) {
   return out;
 }
 
-std::string number(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
 std::string seconds(std::int64_t ms) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(ms < 0 ? 0 : ms) / 1000.0);
   return buf;
-}
-
-std::string outcome_and_phase(outcome o, phase p) {
-  std::string s(harness::to_string(o));
-  if (p != phase::none) s += "/" + std::string(harness::to_string(p));
-  return s;
 }
 
 std::string classname(const std::string& name) {
@@ -73,7 +61,7 @@ std::string details(const variant_report& v) {
   if (!v.summary.signatures.empty()) {
     text += "signatures:\n";
     for (const auto& g : v.summary.signatures) {
-      text += "  " + std::to_string(g.count) + "x " + outcome_and_phase(g.result, g.when) + "  " +
+      text += "  " + std::to_string(g.count) + "x " + detail::outcome_and_phase(g.result, g.when) + "  " +
               (g.signature.empty() ? "(no signature)" : g.signature) + "\n";
       text += "     first run " + g.first_run + (g.first_log.empty() ? "" : ", log " + g.first_log) +
               (g.first_stacks.empty() ? "" : ", stacks " + g.first_stacks) + "\n";
@@ -118,7 +106,7 @@ std::string to_junit(const report_model& m) {
       for (const auto& g : s.signatures) {
         if (g.result == outcome::error) continue;  // the most frequent failure that is not an error
         type = std::string(harness::to_string(g.result));
-        message += "; most frequent: " + std::to_string(g.count) + "x " + outcome_and_phase(g.result, g.when) + " " +
+        message += "; most frequent: " + std::to_string(g.count) + "x " + detail::outcome_and_phase(g.result, g.when) + " " +
                    (g.signature.empty() ? "(no signature)" : g.signature);
         break;
       }
@@ -137,14 +125,14 @@ std::string to_junit(const report_model& m) {
     property(out, "faults", v.faults);
     property(out, "runs", std::to_string(s.runs));
     property(out, "failures", std::to_string(s.failures));
-    property(out, "failure_rate", number(s.rate.rate));
-    property(out, "failure_rate_lower95", number(s.rate.lower95));
-    property(out, "failure_rate_upper95", number(s.rate.upper95));
+    property(out, "failure_rate", detail::number(s.rate.rate));
+    property(out, "failure_rate_lower95", detail::number(s.rate.lower95));
+    property(out, "failure_rate_upper95", detail::number(s.rate.upper95));
     if (v.expect == expectation::detection) {
       property(out, "detections", std::to_string(v.detections));
-      property(out, "detection_rate", number(v.rate.rate));
-      property(out, "detection_rate_lower95", number(v.rate.lower95));
-      property(out, "detection_rate_upper95", number(v.rate.upper95));
+      property(out, "detection_rate", detail::number(v.rate.rate));
+      property(out, "detection_rate_lower95", detail::number(v.rate.lower95));
+      property(out, "detection_rate_upper95", detail::number(v.rate.upper95));
     }
     for (const auto& [o, n] : s.outcomes) property(out, "outcome." + std::string(harness::to_string(o)), std::to_string(n));
     property(out, "signatures", std::to_string(s.signatures.size()));

@@ -59,12 +59,6 @@ std::string plain(std::string_view text) {
   return out;
 }
 
-std::string outcome_and_phase(outcome o, phase p) {
-  std::string s(harness::to_string(o));
-  if (p != phase::none) s += "/" + std::string(harness::to_string(p));
-  return s;
-}
-
 std::string outcomes_cell(const harness::variant_summary& s) {
   std::string text;
   for (const auto& [o, n] : s.outcomes) {
@@ -92,7 +86,7 @@ void variant_section(std::string& out, const variant_report& v) {
     std::size_t shown = 0;
     for (const auto& g : v.summary.signatures) {
       if (shown++ == max_signatures) break;
-      out += "| " + detail::thousands(g.count) + " | " + outcome_and_phase(g.result, g.when) + " | " +
+      out += "| " + detail::thousands(g.count) + " | " + detail::outcome_and_phase(g.result, g.when) + " | " +
              (g.signature.empty() ? std::string("(none)") : code_span(g.signature, true)) + " | " + code_span(g.first_run, true) + " | " +
              (g.first_log.empty() ? std::string("(not kept)") : code_span(g.first_log, true)) + " | " +
              (g.first_stacks.empty() ? std::string("(none)") : code_span(g.first_stacks, true)) + " |\n";
@@ -157,7 +151,7 @@ std::string to_markdown(const report_model& m) {
     std::string top;
     if (!s.signatures.empty()) {
       const auto& g = s.signatures.front();
-      top = outcome_and_phase(g.result, g.when) + " " + (g.signature.empty() ? std::string("(none)") : code_span(g.signature, true));
+      top = detail::outcome_and_phase(g.result, g.when) + " " + (g.signature.empty() ? std::string("(none)") : code_span(g.signature, true));
     }
     out += "| " + std::string(v.ok ? ok_mark : fail_mark) + " | " + code_span(v.label, true) + " | " + detail::thousands(s.runs) + " | " +
            failed_cell + " | " + rate_cell(v.rate) + " | " + outcomes_cell(s) + " | " + top + " |\n";

@@ -167,4 +167,16 @@ std::string iso_utc_ms(std::int64_t ms) {
   return buf;
 }
 
+std::string number(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::string outcome_and_phase(harness::outcome o, harness::phase p) {
+  std::string s(harness::to_string(o));
+  if (p != harness::phase::none) s += "/" + std::string(harness::to_string(p));
+  return s;
+}
+
 }  // namespace faultline::reports::detail

@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "harness/results/results.h"
+
 namespace faultline::reports::detail {
 
 /// `text` as valid UTF-8 with no control characters but tab, line feed and carriage return, and
@@ -29,6 +31,12 @@ std::string percent(double rate);
 
 /// "p = 0.0012", "p < 1e-12": a p-value in a short form.
 std::string p_value(double p);
+
+/// "0.05", "1e-06", "0.333333": a number in printf's %g form (six significant digits).
+std::string number(double v);
+
+/// "crash/exit", "hang": an outcome, and the phase it happened in when there is one.
+std::string outcome_and_phase(harness::outcome o, harness::phase p);
 
 /// 12345 -> "12,345".
 std::string thousands(std::uint64_t n);

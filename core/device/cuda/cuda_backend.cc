@@ -21,7 +21,7 @@ namespace {
 
 // Per-device state lives in fixed arrays so that context_epoch() stays lock-free and
 // allocation-free; no machine this project targets has more devices.
-constexpr int max_devices = 64;
+constexpr int max_cuda_devices = 64;
 
 // context_epoch() packs two numbers: the backend's own reset count in the high bits and a
 // context-identity part in the low bits. 44 bits of identity hold 2^43 context ids (ids count
@@ -232,7 +232,7 @@ class cuda_backend final : public backend {
   }
 
   status reset_context(int device) noexcept override {
-    if (device < 0 || device >= max_devices) {
+    if (device < 0 || device >= max_cuda_devices) {
       return invalid("reset_context: device " + std::to_string(device) + " is out of range");
     }
     if (auto st = enter("cuDevicePrimaryCtxReset"); !st) return st;
@@ -284,7 +284,7 @@ class cuda_backend final : public backend {
   // a kept handle, answers the last epoch too, pinned by a death test) the last epoch is
   // returned and nothing is called or counted.
   [[nodiscard]] std::uint64_t context_epoch(int device) const noexcept override {
-    if (device < 0 || device >= max_devices) return 0;
+    if (device < 0 || device >= max_cuda_devices) return 0;
     device_slot& slot = slots_[device];
     if (rt_.torn_down()) return slot.last_epoch.load(std::memory_order_acquire);
     initialise();
@@ -415,7 +415,7 @@ class cuda_backend final : public backend {
   mutable result<driver_api> driver_{status(errc::unavailable, "the CUDA driver has not been loaded")};
   std::once_flag nvml_once_;
   result<nvml_api> nvml_{status(errc::unavailable, "NVML has not been loaded")};
-  mutable device_slot slots_[max_devices];
+  mutable device_slot slots_[max_cuda_devices];
 };
 
 }  // namespace detail

@@ -19,12 +19,12 @@
 
 namespace faultline::core::device::ipc::detail {
 
+std::size_t page_size() noexcept { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
+
 namespace {
 
 
 constexpr std::uint32_t start_low_mask = 0xffffffffu;
-
-std::size_t page_size() noexcept { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
 
 std::size_t header_mapping_bytes() noexcept {
   const std::size_t page = page_size();

@@ -47,6 +47,9 @@ inline constexpr std::chrono::milliseconds liveness_slice{5};
 enum class pool_state : std::uint32_t { open = 1, closing = 2, closed = 3 };
 
 /// One allocation of the pool. generation: odd while live, even while free (0: never used).
+/// The system's page size: the header mapping and the arenas are aligned to it.
+std::size_t page_size() noexcept;
+
 struct allocation_record {
   std::atomic<std::uint64_t> generation;
   std::uint64_t offset;  ///< sim: in the arena

@@ -21,8 +21,6 @@ namespace {
 
 constexpr std::uint64_t granule = 256;
 
-std::size_t page_size() noexcept { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
-
 // First fit over the arena with coalescing of address neighbours. Pools hold at most
 // max_allocations blocks, so ordered maps are plenty.
 class sim_exported final : public exported_bytes {
