@@ -53,8 +53,7 @@ python3 ci/floors.py  # every #include points down the floors its room's CMakeLi
 export FAULTLINE_PY_SPY=$PWD/.venv/bin/py-spy FAULTLINE_REQUIRE_PY_SPY=1
 step "floors, the driver's venv"
 
-# One more test at once than there are cores: verify, started first, mostly waits.
-(cd build && ctest --output-on-failure --parallel "$(($(nproc) + 1))" --timeout 300)
+(cd build && ctest --output-on-failure --parallel "$(nproc)" --timeout 300)
 step "CTest"
 
 # The driver's tests (they drive build/bin/faultline).
@@ -82,7 +81,7 @@ step "the rest of the sanitizer builds"
 # signals to the process (and to faultline's crash handler) instead of turning them into exit 1.
 (cd build-asan &&
   ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0 \
-  ctest --output-on-failure --parallel "$(($(nproc) + 1))" --timeout 600 -LE no-sanitize)
+  ctest --output-on-failure --parallel "$(nproc)" --timeout 600 -LE no-sanitize)
 step "CTest under ASan+UBSan"
 # ThreadSanitizer over the shared accounting (lock, seqlock, slots: threads writing and reading
 # one region) and the registry (workers, drains, concurrent unregisters).

@@ -733,7 +733,7 @@ void exit_storm(context& ctx) {
     ctx.check(rcs[i] == 0, "workers-exited-normally",
               "storm worker " + std::to_string(pids[i]) + " ended with " + std::to_string(rcs[i]));
   }
-  const int holder_rc = workers.wait(holder, 3000ms);
+  const int holder_rc = workers.wait(holder, 10000ms);  // it holds the lock 800 ms; a loaded machine may take longer
   workers.kill_all();
   ctx.check(holder_rc == 0, "holder-exited", "hold-lock worker ended with " + std::to_string(holder_rc));
 

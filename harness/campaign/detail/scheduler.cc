@@ -54,51 +54,25 @@ bool run_scheduler::checkpoint_due() const {
   return o_.checkpoint && o_.checkpoint_runs > 0 && since_checkpoint_ >= o_.checkpoint_runs;
 }
 
-bool run_scheduler::claimable(std::uint64_t k) const {
-  return numbering_.owns(k) && !is_recorded(k) && !ahead_.count(k);
-}
-
-std::optional<std::uint64_t> run_scheduler::backfill() const {
-  if (bypassed_ >= o_.jobs) return std::nullopt;  // the waiting wide run's turn comes first now
-  const std::uint64_t total = numbering_.total();
-  const std::uint64_t end = std::min<std::uint64_t>(total, next_ + 1 + 4ull * o_.jobs);
-  for (std::uint64_t k = next_ + 1; k < end; ++k) {
-    if (claimable(k) && slots_in_use_ + numbering_.slots_of(k) <= o_.jobs) return k;
-  }
-  return std::nullopt;
-}
-
 std::optional<std::uint64_t> run_scheduler::claim() {
   std::unique_lock lock(mu_);
   for (;;) {
     const std::uint64_t total = numbering_.total();
-    while (next_ < total && !claimable(next_)) ahead_.erase(next_++);
+    while (next_ < total && (!numbering_.owns(next_) || is_recorded(next_))) ++next_;
     if (stop_ || next_ >= total || (o_.cancel && o_.cancel->load())) return std::nullopt;
     if (o_.deadline && std::chrono::steady_clock::now() >= *o_.deadline) {
       deadline_reached_ = true;
       return std::nullopt;
     }
     const bool due = checkpoint_due();
-    if (!due && !checkpointing_) {
-      if (slots_in_use_ + numbering_.slots_of(next_) <= o_.jobs) {
-        bypassed_ = 0;
-        return start_run(next_++);
-      }
-      if (const auto k = backfill()) {
-        ++bypassed_;
-        ahead_.insert(*k);
-        return start_run(*k);
-      }
-    }
+    if (!due && !checkpointing_ && slots_in_use_ + numbering_.slots_of(next_) <= o_.jobs) break;
     if (due && !checkpointing_ && in_flight_ == 0) {
       run_checkpoint(lock);
       continue;
     }
     idle_.wait_for(lock, std::chrono::milliseconds(100));
   }
-}
-
-std::uint64_t run_scheduler::start_run(std::uint64_t k) {
+  const std::uint64_t k = next_++;
   ++in_flight_;
   slots_in_use_ += numbering_.slots_of(k);
   return k;

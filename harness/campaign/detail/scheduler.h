@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -79,11 +78,8 @@ class campaign_tally {
 
 /// Hands a campaign's runs to its worker threads in run-number order, skipping other shards' and
 /// those already recorded. A run starts only while the slots in flight and its own fit in the
-/// options' jobs. While the next run is too wide to fit, a later run that fits (among the next
-/// 4 x jobs) may start in its place, at most jobs of them before the wide run's turn: the slots
-/// left free beside a wide run are used, and the wide run still starts within a bounded wait
-/// (its seed and spec follow from its number, so the order changes nothing of a run). Never
-/// while a checkpoint is due or running: after every checkpoint_runs runs recorded, the first thread to
+/// options' jobs (a wide run waits for room rather than being overtaken), never while a
+/// checkpoint is due or running: after every checkpoint_runs runs recorded, the first thread to
 /// see no run in flight runs the checkpoint, outside the lock, while the others wait.
 class run_scheduler {
  public:
@@ -117,11 +113,6 @@ class run_scheduler {
 
  private:
   bool is_recorded(std::uint64_t k) const;
-  /// Whether run k is this shard's, not recorded and not started ahead of its turn.
-  bool claimable(std::uint64_t k) const;
-  /// A later run that fits beside the runs in flight while the next one does not (see above).
-  std::optional<std::uint64_t> backfill() const;
-  std::uint64_t start_run(std::uint64_t k);
   bool checkpoint_due() const;
   void run_checkpoint(std::unique_lock<std::mutex>& lock);
   void end_run(std::uint64_t k);
@@ -135,8 +126,6 @@ class run_scheduler {
   std::condition_variable idle_;  // a run ended or a checkpoint did: a waiting claim looks again
   campaign_tally tally_;
   std::uint64_t next_ = 0;  // the lowest run number not claimed
-  std::set<std::uint64_t> ahead_;  // runs above next_ started ahead of their turn
-  unsigned bypassed_ = 0;  // runs started ahead of the run next_ while it waited for room
   unsigned in_flight_ = 0, slots_in_use_ = 0;
   std::uint64_t since_checkpoint_ = 0;
   bool checkpointing_ = false;

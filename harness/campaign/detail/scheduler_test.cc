@@ -1,8 +1,8 @@
 // run_scheduler, run_numbering and campaign_tally: the bookkeeping of a campaign's worker threads
 // without a process run. The goal: runs are handed out in run-number order, skipping other
-// shards' and those a resume found; a run starts only while its slots fit in jobs, and while a
-// wide one waits, at most jobs later runs that fit start in its place; a checkpoint runs with no
-// run in flight, sees every run recorded, and holds new runs back while it runs; until_fail, a record that cannot be written,
+// shards' and those a resume found; a run starts only while its slots fit in jobs, and a wide one
+// waits rather than being overtaken; a checkpoint runs with no run in flight, sees every run
+// recorded, and holds new runs back while it runs; until_fail, a record that cannot be written,
 // the cancel flag and the deadline each stop the handing out. Method: the tests play the workers
 // themselves, claiming and recording by hand; a claim expected to block runs on a thread of its
 // own, checked not to return until the event that frees it.
@@ -94,48 +94,25 @@ TEST(run_scheduler, hands_out_runs_in_order_skipping_other_shards_and_recorded_o
   EXPECT_EQ(s.resumed(), 1u);
 }
 
-TEST(run_scheduler, a_wide_run_waits_for_room_and_is_not_overtaken_by_runs_that_do_not_fit_either) {
+TEST(run_scheduler, a_wide_run_waits_for_room_and_is_not_overtaken) {
   campaign_options o = two_variants(2, 2, 2);  // runs: a, b (2 slots), a, b (2 slots)
   run_numbering n(o);
   run_scheduler s(o, n, campaign_tally(o), nullptr);
   ASSERT_EQ(s.claim(), 0u);
-  ASSERT_EQ(s.claim(), 2u) << "run 2 fits in the slot run 1 cannot use";
   auto wide = claim_later(s);
-  EXPECT_TRUE(still_waiting(wide)) << "run 1 takes both slots; run 3 is as wide";
+  EXPECT_TRUE(still_waiting(wide)) << "run 1 takes both slots while run 0 holds one";
   s.record(0, scheduled_record(n, 0));
-  EXPECT_TRUE(still_waiting(wide)) << "run 2 still holds a slot";
-  s.record(2, scheduled_record(n, 2));
   EXPECT_EQ(wide.get(), 1u);
+  auto narrow = claim_later(s);
+  EXPECT_TRUE(still_waiting(narrow)) << "run 2 waits for the wide run 1";
+  s.record(1, scheduled_record(n, 1));
+  EXPECT_EQ(narrow.get(), 2u);
   auto wide_again = claim_later(s);
-  EXPECT_TRUE(still_waiting(wide_again)) << "run 3 takes both slots while run 1 holds them";
-  s.abandon(1);
+  EXPECT_TRUE(still_waiting(wide_again)) << "run 3 takes both slots while run 2 holds one";
+  s.abandon(2);
   EXPECT_EQ(wide_again.get(), 3u);
   s.record(3, scheduled_record(n, 3));
-  EXPECT_EQ(s.claim(), std::nullopt) << "every run was handed out once";
-}
-
-TEST(run_scheduler, runs_that_fit_beside_a_waiting_wide_run_start_at_most_jobs_of_them) {
-  campaign_options o = two_variants(4, 2, 2);  // runs: 0 a, 1 b (2 slots), 2 a, 3 b, 4 a, 5 b, 6 a, 7 b
-  run_numbering n(o);
-  run_scheduler s(o, n, campaign_tally(o), nullptr);
-  ASSERT_EQ(s.claim(), 0u);
-  ASSERT_EQ(s.claim(), 2u) << "the first run ahead of the waiting run 1";
-  auto next = claim_later(s);
-  EXPECT_TRUE(still_waiting(next)) << "both slots are taken";
-  s.record(0, scheduled_record(n, 0));
-  EXPECT_EQ(next.get(), 4u) << "the second run ahead of run 1 (jobs = 2)";
-  auto wide = claim_later(s);
-  s.record(2, scheduled_record(n, 2));
-  EXPECT_TRUE(still_waiting(wide)) << "run 6 would fit beside run 4, but run 1 has been passed twice";
-  s.record(4, scheduled_record(n, 4));
-  EXPECT_EQ(wide.get(), 1u);
-  s.record(1, scheduled_record(n, 1));
-  std::vector<std::uint64_t> rest;
-  while (auto k = s.claim()) {
-    rest.push_back(*k);
-    s.record(*k, scheduled_record(n, *k));
-  }
-  EXPECT_EQ(rest, (std::vector<std::uint64_t>{3, 5, 6, 7})) << "each remaining run once, in order";
+  EXPECT_EQ(s.claim(), std::nullopt);
 }
 
 TEST(run_scheduler, a_checkpoint_waits_for_the_runs_in_flight_and_holds_new_runs_back) {
