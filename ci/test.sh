@@ -20,30 +20,6 @@ step() {
 
 ci/setup.sh build
 step "set-up and build"
-# The sanitizer builds compile at the lowest priority while the steps after them run: CTest (its
-# longest test, verify, mostly waits on hung runs), the driver's tests and the one-node Slurm used
-# about 0.8 of the two cores here, and a niced compiler takes only what they leave (a test keeps
-# the processor whenever it wants it). Their log goes to its own file, printed if they fail.
-# Sanitizer pass: unit tests only (the benchmarks and CUDA backend add nothing under ASan here).
-# The sanitizer builds trade optimisation for build time (-O1), and the TSan and fuzz builds,
-# which run no debugger, full debug info too (-g1: line tables, enough for their reports; the
-# ASan pass keeps -g: its end-to-end tests read hung runs' stacks with gdb, which names functions
-# by their scopes only with full debug info). The CUDA backend's GPU tests only skip here.
-san_flags=(-DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" "-DCMAKE_C_FLAGS=-O1 -g1" -DFAULTLINE_BENCHMARKS=OFF -DFAULTLINE_CUDA=OFF)
-sanitizer_builds() {
-  nice -n 19 ci/setup.sh build-asan -DFAULTLINE_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g" \
-    "-DCMAKE_C_FLAGS=-O1 -g" -DFAULTLINE_BENCHMARKS=OFF -DFAULTLINE_CUDA=OFF
-  # TSan: only the accounting and registry tests are built.
-  cmake -S . -B build-tsan -G Ninja -DFAULTLINE_SANITIZE=thread "${san_flags[@]}" >/dev/null
-  nice -n 19 cmake --build build-tsan --target accounting_test registry_test
-  # The region validator under libFuzzer (clang, ASan+UBSan).
-  cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFAULTLINE_FUZZ=ON \
-    -DFAULTLINE_SANITIZE=address,undefined -DFAULTLINE_TESTS=OFF "${san_flags[@]}" >/dev/null
-  nice -n 19 cmake --build build-fuzz --target accounting_fuzz
-}
-sanitizer_builds >build/sanitizer-builds.log 2>&1 &
-san_pid=$!
-
 python3 ci/floors.py  # every #include points down the floors its room's CMakeLists.txt names
 
 # The pytest driver (drivers/pytest): its package in a venv of its own. It brings py-spy, with
@@ -60,6 +36,39 @@ step "CTest"
 .venv/bin/python -m pytest drivers/pytest/tests -q -p no:cacheprovider
 step "the driver's tests"
 
+# Sanitizer pass: unit tests only (the benchmarks and CUDA backend add nothing under ASan here).
+# Several tests prove that a bug re-created by a bug point dies by SIGSEGV; ASan must leave those
+# signals to the process (and to faultline's crash handler) instead of turning them into exit 1.
+# The sanitizer builds trade optimisation for build time (-O1), and the TSan and fuzz builds,
+# which run no debugger, full debug info too (-g1: line tables, enough for their reports; the
+# ASan pass keeps -g: its end-to-end tests read hung runs' stacks with gdb, which names functions
+# by their scopes only with full debug info). The CUDA backend's GPU tests only skip here.
+san_flags=(-DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" "-DCMAKE_C_FLAGS=-O1 -g1" -DFAULTLINE_BENCHMARKS=OFF -DFAULTLINE_CUDA=OFF)
+ci/setup.sh build-asan -DFAULTLINE_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g" \
+  "-DCMAKE_C_FLAGS=-O1 -g" -DFAULTLINE_BENCHMARKS=OFF -DFAULTLINE_CUDA=OFF
+step "ASan+UBSan build"
+(cd build-asan &&
+  ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0 \
+  ctest --output-on-failure --parallel "$(nproc)" --timeout 600 -LE no-sanitize)
+step "CTest under ASan+UBSan"
+# ThreadSanitizer over the shared accounting (lock, seqlock, slots: threads writing and reading
+# one region) and the registry (workers, drains, concurrent unregisters); only those test
+# binaries are built.
+cmake -S . -B build-tsan -G Ninja -DFAULTLINE_SANITIZE=thread "${san_flags[@]}" >/dev/null
+cmake --build build-tsan --target accounting_test registry_test
+TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/accounting_test --gtest_brief=1
+TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/registry_test --gtest_brief=1
+step "TSan: build and run"
+
+# The region validator under libFuzzer (clang, ASan+UBSan), for a bounded time.
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFAULTLINE_FUZZ=ON \
+  -DFAULTLINE_SANITIZE=address,undefined -DFAULTLINE_TESTS=OFF "${san_flags[@]}" >/dev/null
+cmake --build build-fuzz --target accounting_fuzz
+
+mkdir -p build-fuzz/corpus
+build-fuzz/bin/accounting_fuzz -max_total_time=30 -timeout=10 -print_final_stats=1 build-fuzz/corpus 2>&1 | tail -3
+step "fuzz: build and 30 s run"
+
 # --- ci/cluster: the cluster manifests, workflow and scripts validated (schemas, shellcheck), and
 # sharding by each scheduler's variables end to end (every run in one shard, the merge counts all).
 ci/cluster/check.sh
@@ -69,28 +78,6 @@ ci/cluster/check.sh
 if [ "$(id -u)" -eq 0 ]; then ci/cluster/slurm/one-node.sh; else sudo -E ci/cluster/slurm/one-node.sh; fi
 # --- end ci/cluster
 step "cluster: manifests, sharding, one-node Slurm"
-
-if ! wait "$san_pid"; then
-  tail -n 60 build/sanitizer-builds.log >&2
-  echo "ci/test.sh: the sanitizer builds failed (build/sanitizer-builds.log)" >&2
-  exit 1
-fi
-step "the rest of the sanitizer builds"
-
-# Several tests prove that a bug re-created by a bug point dies by SIGSEGV; ASan must leave those
-# signals to the process (and to faultline's crash handler) instead of turning them into exit 1.
-(cd build-asan &&
-  ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0 \
-  ctest --output-on-failure --parallel "$(nproc)" --timeout 600 -LE no-sanitize)
-step "CTest under ASan+UBSan"
-# ThreadSanitizer over the shared accounting (lock, seqlock, slots: threads writing and reading
-# one region) and the registry (workers, drains, concurrent unregisters).
-TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/accounting_test --gtest_brief=1
-TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/registry_test --gtest_brief=1
-# The region validator under libFuzzer (clang, ASan+UBSan), for a bounded time.
-mkdir -p build-fuzz/corpus
-build-fuzz/bin/accounting_fuzz -max_total_time=30 -timeout=10 -print_final_stats=1 build-fuzz/corpus 2>&1 | tail -3
-step "TSan and fuzz runs"
 
 # The GPU record's generator (ci/gpu/record.py) over real-format fixtures.
 .venv/bin/python -m pytest ci/gpu/tests ci/tests -q -p no:cacheprovider
