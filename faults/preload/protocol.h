@@ -53,6 +53,10 @@
 //                it returned), then the calling thread's frames in the crash-file format, then a
 //                blank line. Past late_cuda_framed_calls blocks, further calls append the "call"
 //                line alone.
+//   nccl.PID     a rank's NCCL calls (nccl_state.h): made by the preloaded agent at the first
+//                NCCL call of a process, mapped shared, a fixed binary layout updated by stores;
+//                the runner reads it to name the ranks that were in a collective and those that
+//                were not.
 //   crash-stacks.txt  written by the runner, not the agent: every thread of the crashed
 //                process, read by gdb from its core dump (mode off), or every thread of every
 //                process of the run, captured out of process while a crashing process was
