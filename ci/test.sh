@@ -32,42 +32,30 @@ step "floors, the driver's venv"
 (cd build && ctest --output-on-failure --parallel "$(nproc)" --timeout 300)
 step "CTest"
 
-# The driver's tests (they drive build/bin/faultline).
-.venv/bin/python -m pytest drivers/pytest/tests -q -p no:cacheprovider
-step "the driver's tests"
-
 # Sanitizer pass: unit tests only (the benchmarks and CUDA backend add nothing under ASan here).
 # Several tests prove that a bug re-created by a bug point dies by SIGSEGV; ASan must leave those
 # signals to the process (and to faultline's crash handler) instead of turning them into exit 1.
-# The sanitizer builds trade optimisation for build time (-O1), and the TSan and fuzz builds,
-# which run no debugger, full debug info too (-g1: line tables, enough for their reports; the
-# ASan pass keeps -g: its end-to-end tests read hung runs' stacks with gdb, which names functions
-# by their scopes only with full debug info). The CUDA backend's GPU tests only skip here.
+# The sanitizer builds trade optimisation for build time: -Og for the ASan+UBSan build (its
+# library units compile in half the time they take at -O1: UBSan's checks are what -O1 spends
+# it on), -O1 for TSan and fuzz; the TSan and fuzz builds, which run no debugger, take -g1 (line
+# tables, enough for their reports); the ASan pass keeps -g: its end-to-end tests read hung runs'
+# stacks with gdb, which names functions by their scopes only with full debug info. The CUDA
+# backend's GPU tests only skip here.
 san_flags=(-DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" "-DCMAKE_C_FLAGS=-O1 -g1" -DFAULTLINE_BENCHMARKS=OFF -DFAULTLINE_CUDA=OFF)
-ci/setup.sh build-asan -DFAULTLINE_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g" \
-  "-DCMAKE_C_FLAGS=-O1 -g" -DFAULTLINE_BENCHMARKS=OFF -DFAULTLINE_CUDA=OFF
-step "ASan+UBSan build"
-(cd build-asan &&
-  ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0 \
-  ctest --output-on-failure --parallel "$(nproc)" --timeout 600 -LE no-sanitize)
-step "CTest under ASan+UBSan"
-# ThreadSanitizer over the shared accounting (lock, seqlock, slots: threads writing and reading
-# one region) and the registry (workers, drains, concurrent unregisters); only those test
-# binaries are built.
-cmake -S . -B build-tsan -G Ninja -DFAULTLINE_SANITIZE=thread "${san_flags[@]}" >/dev/null
-cmake --build build-tsan --target accounting_test registry_test
-TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/accounting_test --gtest_brief=1
-TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/registry_test --gtest_brief=1
-step "TSan: build and run"
+# The ASan+UBSan build compiles while the steps that mostly wait run: the driver's tests, the
+# cluster's checks and its one-node Slurm, CI's own tests (together about 0.3 of a core over
+# 170 s). Nothing timed runs beside it: CTest's `faultline verify` has finished, and the build is
+# niced below those steps. Its output goes to build-asan/build.log, printed if it fails.
+mkdir -p build-asan
+setsid nice -n 10 ci/setup.sh build-asan -DFAULTLINE_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=None \
+  "-DCMAKE_CXX_FLAGS=-Og -g" "-DCMAKE_C_FLAGS=-Og -g" -DFAULTLINE_BENCHMARKS=OFF -DFAULTLINE_CUDA=OFF \
+  >build-asan/build.log 2>&1 &
+asan_build=$!
+trap 'kill -- -"$asan_build" 2>/dev/null || true' EXIT  # a failed step leaves no build running
 
-# The region validator under libFuzzer (clang, ASan+UBSan), for a bounded time.
-cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFAULTLINE_FUZZ=ON \
-  -DFAULTLINE_SANITIZE=address,undefined -DFAULTLINE_TESTS=OFF "${san_flags[@]}" >/dev/null
-cmake --build build-fuzz --target accounting_fuzz
-
-mkdir -p build-fuzz/corpus
-build-fuzz/bin/accounting_fuzz -max_total_time=30 -timeout=10 -print_final_stats=1 build-fuzz/corpus 2>&1 | tail -3
-step "fuzz: build and 30 s run"
+# The driver's tests (they drive build/bin/faultline).
+.venv/bin/python -m pytest drivers/pytest/tests -q -p no:cacheprovider
+step "the driver's tests (the ASan build beside them)"
 
 # --- ci/cluster: the cluster manifests, workflow and scripts validated (schemas, shellcheck), and
 # sharding by each scheduler's variables end to end (every run in one shard, the merge counts all).
@@ -77,10 +65,55 @@ ci/cluster/check.sh
 # array soak and gather, then a cancelled and requeued shard (about 80 s; root, as the daemons).
 if [ "$(id -u)" -eq 0 ]; then ci/cluster/slurm/one-node.sh; else sudo -E ci/cluster/slurm/one-node.sh; fi
 # --- end ci/cluster
-step "cluster: manifests, sharding, one-node Slurm"
+step "cluster: manifests, sharding, one-node Slurm (the ASan build beside it)"
 
 # The GPU record's generator (ci/gpu/record.py) over real-format fixtures.
 .venv/bin/python -m pytest ci/gpu/tests ci/tests -q -p no:cacheprovider
-step "the GPU record's and CI's own tests"
+step "the GPU record's and CI's own tests (the ASan build beside them)"
+
+if ! wait "$asan_build"; then
+  tail -n 60 build-asan/build.log >&2
+  echo "ci/test.sh: the ASan+UBSan build failed (build-asan/build.log)" >&2
+  exit 1
+fi
+trap - EXIT
+step "ASan+UBSan build (what it took beyond the steps beside it)"
+(cd build-asan &&
+  ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0 \
+  ctest --output-on-failure --parallel "$(nproc)" --timeout 600 -LE no-sanitize)
+step "CTest under ASan+UBSan"
+
+# The region validator under libFuzzer (clang, ASan+UBSan), for a bounded time: built, then run
+# on one core while the TSan build below takes the other.
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFAULTLINE_FUZZ=ON \
+  -DFAULTLINE_SANITIZE=address,undefined -DFAULTLINE_TESTS=OFF "${san_flags[@]}" >/dev/null
+cmake --build build-fuzz --target accounting_fuzz
+mkdir -p build-fuzz/corpus
+build-fuzz/bin/accounting_fuzz -max_total_time=30 -timeout=10 -print_final_stats=1 build-fuzz/corpus \
+  >build-fuzz/fuzz.log 2>&1 &
+fuzz_run=$!
+trap 'kill "$fuzz_run" 2>/dev/null || true' EXIT
+step "fuzz: build"
+
+# ThreadSanitizer over the shared accounting (lock, seqlock, slots: threads writing and reading
+# one region) and the registry (workers, drains, concurrent unregisters); only those test
+# binaries are built.
+cmake -S . -B build-tsan -G Ninja -DFAULTLINE_SANITIZE=thread "${san_flags[@]}" >/dev/null
+cmake --build build-tsan --target accounting_test registry_test
+TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/accounting_test --gtest_brief=1
+TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/registry_test --gtest_brief=1
+step "TSan: build and run (the fuzzer beside them)"
+
+fuzz_status=0
+wait "$fuzz_run" || fuzz_status=$?
+trap - EXIT
+tail -n 3 build-fuzz/fuzz.log
+if ((fuzz_status != 0)); then
+  tail -n 80 build-fuzz/fuzz.log >&2
+  echo "ci/test.sh: the fuzzer found a crash or failed (exit $fuzz_status)" >&2
+  exit 1
+fi
+step "fuzz: the rest of its 30 s run"
+
 printf 'ci/test.sh: %s\n' "${steps[@]}" >&2
 echo "ci/test.sh: all tests passed in $SECONDS s"
