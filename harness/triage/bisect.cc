@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
-#include <fstream>
 
+#include "harness/campaign/state_file.h"
 #include "harness/detail/sys.h"
 #include "harness/run/process.h"
 #include "harness/triage/sampler.h"
@@ -149,13 +149,9 @@ struct bisector {
     return save();
   }
 
-  // bisect.json, rewritten after every commit and at the end.
-  core::status save() const {
-    std::ofstream f(o.out_dir / "bisect.json", std::ios::trunc);
-    f << nlohmann::json(to_record(r, o)).dump(2) << "\n";
-    if (!f) return core::status(core::errc::io_error, "cannot write " + (o.out_dir / "bisect.json").string());
-    return {};
-  }
+  // bisect.json, replaced whole (state_file.h) after every commit and at the end: a reader, or a
+  // bisect killed while it writes, never leaves half of one.
+  core::status save() const { return write_state_file(o.out_dir / "bisect.json", nlohmann::json(to_record(r, o))); }
 
   core::status endpoints(const std::string& good, const std::string& bad);
   core::status search(const std::vector<std::string>& commits);

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <utility>
 
 #include "faults/spec.h"
 #include "harness/campaign/duration.h"
+#include "harness/campaign/state_file.h"
 #include "harness/triage/sampler.h"
 
 namespace faultline::harness {
@@ -31,20 +31,6 @@ void lowered_terms(const faults::spec& s, std::size_t i, std::size_t j, candidat
     with([](faults::term& x) {
       x.action.duration = std::chrono::duration_cast<std::chrono::milliseconds>(x.action.duration / 2);
     }, "halved the delay");
-}
-
-// shrink.json, written whole and renamed into place: a reader never sees half of it.
-core::status write_state(const std::filesystem::path& dir, const nlohmann::json& j) {
-  const auto path = dir / "shrink.json", tmp = dir / "shrink.json.tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << j.dump(2) << "\n";
-    if (!f) return core::status(core::errc::io_error, "cannot write " + tmp.string());
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return core::status(core::errc::io_error, "cannot write " + path.string() + ": " + ec.message());
-  return {};
 }
 
 // The state of one shrink while it runs.
@@ -75,7 +61,8 @@ struct shrinker {
     return got;
   }
 
-  core::status save() { return write_state(o.work_dir, nlohmann::json(to_record(r, o.target))); }
+  // shrink.json, replaced whole (state_file.h): a reader never sees half of it.
+  core::status save() { return write_state_file(o.work_dir / "shrink.json", nlohmann::json(to_record(r, o.target))); }
 
   // Tries one candidate; returns whether it reproduced (and was not cut short).
   core::result<bool> attempt(const std::string& spec, const std::string& change) {
