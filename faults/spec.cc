@@ -7,6 +7,7 @@
 
 #include "faults/bug_points.h"
 #include "faults/cuda_errors.h"
+#include "faults/nccl_names.h"
 
 namespace faultline::faults {
 
@@ -122,7 +123,13 @@ class parser {
         return fail_here("a wildcard '*' must end the point name");
       }
     }
-    if (peek() == '@') {
+    if (peek() == '@' && text_.substr(pos_ + 1).starts_with(faults::rank_filter_prefix)) {
+      // @rank=N (nccl/): the '=' is the filter's own.
+      pos_ += 1 + faults::rank_filter_prefix.size();
+      std::string_view digits = take_while([](char c) { return c >= '0' && c <= '9'; });
+      if (digits.empty() || digits.size() > 9) return fail_here("expected a rank number after '@rank='");
+      it.filter = std::string(faults::rank_filter_prefix) + std::string(digits);
+    } else if (peek() == '@') {
       ++pos_;
       std::string_view filter = take_while(
           [](char c) { return detail::is_point_name_char(c) && c != '/'; });
@@ -243,8 +250,8 @@ class parser {
         const std::size_t col = pos_;
         std::string_view arg = take_while(is_word_char);
         constexpr std::string_view expected =
-            "expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...) "
-            "or a positive integer";
+            "expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...), "
+            "an ncclResult_t name (ncclSystemError, ...) or a positive integer";
         if (arg.empty()) return fail_at(col, expected);
         if (is_digit(arg.front())) {
           std::uint64_t v = 0;
@@ -260,6 +267,10 @@ class parser {
         }
         if (int cuda = cuda_error_from_name(arg.data(), arg.size()); cuda != 0) {
           a.code = cuda;
+          return status::ok();
+        }
+        if (int nccl = nccl_result_value(arg); nccl > 0) {  // nccl/ points: an ncclResult_t name
+          a.code = nccl;
           return status::ok();
         }
         return fail_at(col, expected);
