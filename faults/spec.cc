@@ -403,7 +403,23 @@ std::string_view to_string(action_kind kind) noexcept {
 
 core::result<spec> parse(std::string_view text) { return parser(text).run(); }
 
-std::string format(const term& t) {
+namespace {
+
+// fail's code as the point's family names them: an ncclResult_t name on nccl/ points, the number
+// on cuda/ points (CUDA's numbers are not errno's), else an errno name.
+std::string code_text(int code, const item* owner) {
+  if (owner != nullptr && pattern_reaches(owner->point, injector::nccl)) {
+    for (const auto& r : nccl_results) {
+      if (r.value == code) return std::string(r.name);
+    }
+    return std::to_string(code);
+  }
+  if (owner != nullptr && pattern_reaches(owner->point, injector::cuda)) return std::to_string(code);
+  const std::string_view name = errno_name(code);
+  return name.empty() ? std::to_string(code) : std::string(name);
+}
+
+std::string format_term(const term& t, const item* owner) {
   std::string out;
   if (t.probability_ppb) out += format_percent(*t.probability_ppb);
   if (t.count) out += std::to_string(*t.count) + "*";
@@ -411,10 +427,7 @@ std::string format(const term& t) {
   const action& a = t.action;
   switch (a.kind) {
     case action_kind::fail:
-      if (a.code != 1) {
-        std::string_view name = errno_name(a.code);
-        out += "(" + (name.empty() ? std::to_string(a.code) : std::string(name)) + ")";
-      }
+      if (a.code != 1) out += "(" + code_text(a.code, owner) + ")";
       break;
     case action_kind::delay: out += "(" + format_duration(a.duration) + ")"; break;
     case action_kind::pause:
@@ -430,11 +443,15 @@ std::string format(const term& t) {
   return out;
 }
 
+}  // namespace
+
+std::string format(const term& t) { return format_term(t, nullptr); }
+
 std::string format(const item& i) {
   std::string out = i.written() + "=";
   for (std::size_t k = 0; k < i.terms.size(); ++k) {
     if (k > 0) out += "->";
-    out += format(i.terms[k]);
+    out += format_term(i.terms[k], &i);
   }
   return out;
 }
