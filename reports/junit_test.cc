@@ -173,7 +173,9 @@ TEST(to_junit, a_distributed_hang_names_its_ranks_in_the_message_and_lists_them_
                      "       rank 1  pid 4101  outside  outside: 2 collectives, last ncclAllReduce, stopped by nccl/ncclAllReduce before call #3\n"),
             std::string::npos)
       << xml;
-  if (have_xmllint()) EXPECT_EQ(schema_errors(xml, dir.path()), "");
+  if (have_xmllint()) {
+    EXPECT_EQ(schema_errors(xml, dir.path()), "");
+  }
 }
 
 }  // namespace
