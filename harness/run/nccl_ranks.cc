@@ -1,5 +1,9 @@
 #include "harness/run/nccl_ranks.h"
 
+#include "faults/preload/protocol.h"
+#include "harness/detail/sys.h"
+#include "harness/run/classify.h"
+
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -114,6 +118,21 @@ std::vector<nccl_rank_file> read_nccl_ranks(const fs::path& run_dir) {
   }
   std::sort(out.begin(), out.end(), [](const nccl_rank_file& a, const nccl_rank_file& b) { return a.pid < b.pid; });
   return out;
+}
+
+void add_crashed_ranks(const fs::path& run_dir, rank_fates& fates) {
+  std::error_code ec;
+  for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string_view prefix = agent::crash_file_prefix;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto text = detail::read_file(it->path(), 4096);  // the first line names the signal
+    auto crash = text ? parse_crash(*text) : std::nullopt;
+    if (crash && crash->signal > 0 && crash->signal < 128)
+      fates.wait_status.emplace(static_cast<pid_t>(std::stol(digits)), crash->signal);  // a status: killed by it
+  }
 }
 
 std::vector<nccl_rank_record> judge_ranks(const std::vector<nccl_rank_file>& files, const rank_fates& fates) {

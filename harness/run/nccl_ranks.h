@@ -55,6 +55,11 @@ struct rank_fates {
   std::map<pid_t, pid_t> host_pid;
 };
 
+/// Adds to `fates.wait_status` the signal of each process of `run_dir` that left a crash report
+/// (crash.PID, protocol.h) and has no status yet: a rank that crashed while the run went on is
+/// dead by that signal, not exited, though the runner reaped only the leader.
+void add_crashed_ranks(const std::filesystem::path& run_dir, rank_fates& fates);
+
 /// The verdict on every rank (see the file comment), ordered by rank, the processes with no
 /// rank last by pid, then a record per missing rank of the largest nranks any rank gave.
 std::vector<nccl_rank_record> judge_ranks(const std::vector<nccl_rank_file>& files, const rank_fates& fates);

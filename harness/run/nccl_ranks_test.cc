@@ -176,6 +176,7 @@ TEST(judge_ranks, after_a_normal_end_ranks_exited_and_the_leaders_status_says_ho
 
 class nccl_files : public ::testing::Test {
  protected:
+  void write(const std::string& name, const std::string& text) { write(name, text.data(), text.size()); }
   void write(const std::string& name, const void* data, std::size_t n) {
     std::ofstream(dir_.path() / name, std::ios::binary).write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
   }
@@ -218,6 +219,22 @@ TEST_F(nccl_files, out_of_range_ids_in_a_valid_file_are_named_empty_not_read_pas
   EXPECT_EQ(ranks[0].last_collective, "");
   EXPECT_EQ(ranks[0].in_call, "");
   EXPECT_EQ(ranks[0].fault, "");
+}
+
+TEST_F(nccl_files, a_rank_that_left_a_crash_report_is_dead_by_its_signal_after_the_run) {
+  write("crash.101", "signal 11 SIGSEGV\nthread 101 worker\n");
+  write("crash.102", "not a crash report\n");
+  rank_fates f;
+  f.wait_status[100] = 0;  // the leader exited 0; its status is not replaced
+  write("crash.100", "signal 6 SIGABRT\n");
+  add_crashed_ranks(dir_.path(), f);
+  EXPECT_EQ(f.wait_status.at(100), 0);
+  EXPECT_EQ(f.wait_status.at(101), SIGSEGV);
+  EXPECT_FALSE(f.wait_status.count(102));
+  auto ranks = judge_ranks({rank(100, 0, 2), rank(101, 1, 1)}, f);
+  EXPECT_EQ(ranks[0].state, rank_state::exited);
+  EXPECT_EQ(ranks[1].state, rank_state::dead);
+  EXPECT_EQ(ranks_verdict(ranks), "ranks: 1 dead (SIGSEGV) after 1 collective; 0 exited after 2 collectives");
 }
 
 TEST(run_record_ranks, round_trip_and_are_left_out_when_none) {

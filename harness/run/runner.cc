@@ -417,6 +417,7 @@ void judge_distributed_run(const run_context& run, const process_tree& tree, cla
   };
   for (pid_t p : run.alive_at_deadline) fates.alive.insert(own_pid(p));
   if (ev.wait_status) fates.wait_status[own_pid(ev.leader)] = *ev.wait_status;
+  add_crashed_ranks(run.rq.run_dir, fates);
   verdict.ranks = judge_ranks(files, fates);
   if (verdict.result == outcome::hang) verdict.signature = ranks_hang_signature(verdict.ranks);
 }
