@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "harness/results/ranks.h"
+#include "harness/results/summary.h"
 #include "harness/tests/e2e_util.h"
 
 namespace faultline::harness {
@@ -272,6 +273,28 @@ TEST(run_record_ranks, round_trip_and_are_left_out_when_none) {
     EXPECT_EQ(b.ranks[i].signal, a.ranks[i].signal);
   }
   EXPECT_EQ(ranks_verdict(b.ranks), ranks_verdict(a.ranks));
+}
+
+TEST(run_record_ranks, a_signature_group_keeps_the_ranks_of_its_first_run) {
+  run_record later, first;
+  later.name = first.name = "ddp";
+  later.result = first.result = outcome::hang;
+  later.signature = first.signature = "hang: rank 1 outside ncclAllReduce #3 (stopped by nccl/ncclAllReduce), rank 0 waiting in it";
+  later.run = 7;
+  later.run_id = "ddp.s7";
+  later.ranks = judge_ranks({rank(200, 0, 3), faulted(rank(201, 1, 2), nccl_fault_action::stopped, SIGSTOP)}, hung({200, 201}));
+  first.run = 2;
+  first.run_id = "ddp.s2";
+  first.ranks = judge_ranks({rank(100, 0, 3), faulted(rank(101, 1, 2), nccl_fault_action::stopped, SIGSTOP)}, hung({100, 101}));
+  const auto sums = summarise({later, first}, {"ddp"});
+  ASSERT_EQ(sums[0].signatures.size(), 1u);
+  ASSERT_EQ(sums[0].signatures[0].first_ranks.size(), 2u);
+  EXPECT_EQ(sums[0].signatures[0].first_ranks[1].pid, 101);
+  const auto j = to_json(sums[0]);
+  EXPECT_EQ(j["signatures"][0]["ranks"][1]["state"], "outside");
+  run_record plain = first;
+  plain.ranks.clear();
+  EXPECT_FALSE(to_json(summarise({plain}, {"ddp"})[0])["signatures"][0].contains("ranks"));
 }
 
 TEST(run_record_ranks, parse_results_refuses_malformed_rank_entries) {
