@@ -114,7 +114,11 @@ std::string ranks_verdict(const std::vector<nccl_rank_record>& ranks) {
 // Ranks with the same words are named together ("ranks 1,3 outside ..."), so that a signature
 // stays one line at 64 ranks when they fail alike.
 std::string ranks_hang_signature(const std::vector<nccl_rank_record>& ranks) {
-  if (ranks.empty()) return "";
+  // Ranks that had all ended when the run hung are no part of the hang: its frames name it.
+  const bool any_alive = std::any_of(ranks.begin(), ranks.end(), [](const nccl_rank_record& r) {
+    return r.state == rank_state::in_collective || r.state == rank_state::outside;
+  });
+  if (!any_alive) return "";
   std::string top;
   for (const auto& r : ranks)
     if (r.state == rank_state::in_collective) top = r.last_collective + " #" + std::to_string(r.collectives);

@@ -36,7 +36,8 @@ std::string ranks_verdict(const std::vector<nccl_rank_record>& ranks);
 
 /// A hang's signature from its ranks: the ranks that kept the collective from completing, then
 /// the ones waiting in it, without pids or counts of anything but the collective, so that runs
-/// hung at the same place group together. "" when there are no ranks.
+/// hung at the same place group together. "" when no rank was alive at the hang (none in the
+/// collective or outside it): the hang is elsewhere, and its frames name it.
 std::string ranks_hang_signature(const std::vector<nccl_rank_record>& ranks);
 
 }  // namespace faultline::harness

@@ -163,6 +163,24 @@ TEST(judge_ranks, ranks_at_different_counts_only_the_highest_waits) {
                                          "(6 collectives), ranks 0,2 waiting in it");
 }
 
+TEST(judge_ranks, ranks_hung_in_their_init_before_any_collective_are_all_outside) {
+  auto a = rank(100, 0, 0), b = rank(101, 1, 0);
+  a.state.in_call = b.state.in_call = id(nccl_api::comm_init_rank);
+  auto ranks = judge_ranks({a, b}, hung({100, 101}));
+  EXPECT_EQ(ranks[0].state, rank_state::outside);
+  EXPECT_EQ(ranks_hang_signature(ranks), "hang: ranks 0,1 outside (in ncclCommInitRank)");
+}
+
+TEST(judge_ranks, a_hang_after_every_rank_ended_is_not_signed_by_the_ranks) {
+  rank_fates f = hung({});  // only the launcher was left, hung elsewhere
+  f.wait_status[100] = 0;
+  f.wait_status[101] = 0;
+  auto ranks = judge_ranks({rank(100, 0, 4), rank(101, 1, 4)}, f);
+  EXPECT_EQ(ranks[0].state, rank_state::exited);
+  EXPECT_EQ(ranks_hang_signature(ranks), "");
+  EXPECT_EQ(ranks_verdict(ranks), "ranks: 0 exited after 4 collectives; 1 exited after 4 collectives");
+}
+
 TEST(judge_ranks, after_a_normal_end_ranks_exited_and_the_leaders_status_says_how) {
   rank_fates f;
   f.wait_status[100] = 0;        // exited 0

@@ -419,7 +419,8 @@ void judge_distributed_run(const run_context& run, const process_tree& tree, cla
   if (ev.wait_status) fates.wait_status[own_pid(ev.leader)] = *ev.wait_status;
   add_crashed_ranks(run.rq.run_dir, fates);
   verdict.ranks = judge_ranks(files, fates);
-  if (verdict.result == outcome::hang) verdict.signature = ranks_hang_signature(verdict.ranks);
+  if (verdict.result != outcome::hang) return;
+  if (auto named = ranks_hang_signature(verdict.ranks); !named.empty()) verdict.signature = std::move(named);
 }
 
 // The run's tree is gone: its output is finished and, unless the caller keeps the log of a
