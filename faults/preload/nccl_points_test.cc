@@ -188,6 +188,39 @@ TEST_F(nccl_points, a_probability_draws_from_the_seed) {
   EXPECT_NE(std::count(first.begin(), first.end(), first.front()), 6) << "every seed drew alike";
 }
 
+// Through `faultline exec`: the runner reads the ranks' states into the run's verdict.
+std::string exec_campaign(const std::string& spec, const std::string& timeout, const std::string& out_dir) {
+  const std::string command = cli + " exec -n 1 --timeout " + timeout + " --replace -o " + out_dir +
+                              " --env LD_LIBRARY_PATH=" + fake_dir + " --faults '" + spec + "' -- " + program +
+                              " --iters 5 --count 64 2>&1";
+  FILE* p = ::popen(command.c_str(), "r");
+  std::string text;
+  char buffer[512];
+  while (p != nullptr && std::fgets(buffer, sizeof buffer, p) != nullptr) text += buffer;
+  if (p != nullptr) ::pclose(p);
+  return text;
+}
+
+TEST(nccl_points_exec, a_stopped_rank_makes_a_hang_that_names_it) {
+  const std::string out_dir = ::testing::TempDir() + "/fl-nccl-exec-stop";
+  const std::string text = exec_campaign("nccl/ncclAllReduce@rank=1=2*off->stop", "3s", out_dir);
+  EXPECT_NE(text.find("hang: rank 1 outside ncclAllReduce #3 (stopped by nccl/ncclAllReduce), rank 0 waiting in it"),
+            std::string::npos) << text;
+  const std::string results = testing::slurp(out_dir + "/results.jsonl");
+  EXPECT_NE(results.find("\"outcome\":\"hang\""), std::string::npos) << results;
+  EXPECT_NE(results.find("\"state\":\"in-collective\""), std::string::npos) << results;
+  EXPECT_NE(results.find("\"state\":\"outside\""), std::string::npos) << results;
+  fs::remove_all(out_dir);
+}
+
+TEST(nccl_points_exec, a_killed_rank_is_named_with_its_signal_and_the_other_where_it_was) {
+  const std::string out_dir = ::testing::TempDir() + "/fl-nccl-exec-kill";
+  const std::string text = exec_campaign("nccl/ncclAllReduce@rank=1=4*off->kill", "20s", out_dir);
+  EXPECT_NE(text.find("1 dead (SIGKILL at nccl/ncclAllReduce #5)"), std::string::npos) << text;
+  EXPECT_NE(text.find("0 dead (gone inside ncclAllReduce #5)"), std::string::npos) << text;
+  fs::remove_all(out_dir);
+}
+
 // The command refuses what the agent could not do, before anything runs.
 TEST(nccl_points_cli, bad_items_are_refused_before_run_1) {
   struct refused {

@@ -39,6 +39,8 @@ std::string rank_death(const nccl_rank_record& r) {
   std::string text = r.signal ? signal_name(*r.signal) : "gone";
   if ((r.fault == "killed" || r.fault == "aborted") && !r.fault_api.empty())
     text += " at " + rank_fault_point(r) + " #" + std::to_string(r.fault_call);
+  else if (!r.in_call.empty())
+    text += " inside " + r.in_call + (r.in_call == r.last_collective ? " #" + std::to_string(r.collectives) : "");
   return text;
 }
 

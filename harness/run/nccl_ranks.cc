@@ -83,7 +83,8 @@ nccl_rank_record nccl_record_of(const nccl_rank_file& f, const rank_fates& fates
 }
 
 // A rank whose process is no more: dead by a signal (the one a point sent, else the one the
-// runner reaped), exited, or, in a hang, gone without a known cause (dead).
+// runner reaped), exited, or gone without a known cause (dead): in a hang, or when it ended inside
+// an NCCL call (a process does not exit from within one: a launcher killed it there).
 void judge_ended_rank(nccl_rank_record& r, const nccl_rank_file& f, const rank_fates& fates) {
   const nccl_rank_state& s = f.state;
   const auto action = static_cast<nccl_fault_action>(s.fault_action);
@@ -101,7 +102,7 @@ void judge_ended_rank(nccl_rank_record& r, const nccl_rank_file& f, const rank_f
     }
     return;
   }
-  r.state = fates.hang ? rank_state::dead : rank_state::exited;
+  r.state = fates.hang || s.in_call != 0 ? rank_state::dead : rank_state::exited;
 }
 
 }  // namespace
