@@ -45,6 +45,7 @@ struct nccl_result_name {
 inline constexpr nccl_result_name nccl_results[] = {
     {"ncclSuccess", 0},       {"ncclUnhandledCudaError", 1}, {"ncclSystemError", 2}, {"ncclInternalError", 3},
     {"ncclInvalidArgument", 4}, {"ncclInvalidUsage", 5},       {"ncclRemoteError", 6}, {"ncclInProgress", 7},
+    {"ncclTimeout", 8},
 };
 
 /// The value of the ncclResult_t named `name`, or -1.

@@ -22,7 +22,8 @@ typedef enum {
   ncclInvalidArgument = 4,
   ncclInvalidUsage = 5,
   ncclRemoteError = 6,
-  ncclInProgress = 7
+  ncclInProgress = 7,
+  ncclTimeout = 8
 } ncclResult_t;
 
 typedef enum {

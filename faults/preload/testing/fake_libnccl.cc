@@ -216,6 +216,7 @@ FAKE_NCCL const char* ncclGetErrorString(ncclResult_t r) {
     case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
     case ncclRemoteError: return "remote process exited or there was a network error";
     case ncclInProgress: return "NCCL operation in progress";
+    case ncclTimeout: return "operation timed out";
   }
   return "unknown result code";
 }
