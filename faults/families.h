@@ -74,13 +74,19 @@ enum class place_set : std::uint8_t {
   fiu_posix, ///< the names libfiu's POSIX preload defines (faults/point_names.h)
   cuda,      ///< CUDA driver (cu...) or runtime (cuda...) function names of the build's toolkit
   symbol,    ///< a function of the program or its libraries, from the symbol tables: no wildcard
+  nccl,      ///< the NCCL functions the agent stands before (faults/preload/nccl_state.h)
 };
 
 /// What an @filter names.
-enum class filter_kind : std::uint8_t { none, program, function };
+enum class filter_kind : std::uint8_t {
+  none,
+  program,   ///< a program's name (process/start@python3)
+  function,  ///< a function among the lock taker's frames (lock/sem/acquired@lock_shrreg)
+  rank,      ///< `rank=N`: the NCCL rank of the process (nccl/ncclAllReduce@rank=1)
+};
 
 /// Which part of the preloaded agent acts on a family.
-enum class injector : std::uint8_t { engine, exit, cuda, lock, fn, spawn, posix };
+enum class injector : std::uint8_t { engine, exit, cuda, lock, fn, spawn, posix, nccl };
 
 /// One family of points: a name (or a prefix ending in '/' or a name stem), and what it takes.
 struct point_family {
@@ -124,6 +130,8 @@ inline constexpr point_family family_table[] = {
      "cuda/<CUDA runtime function> (cuda/cudaFree)"},
     {"cuda/cu", place_set::cuda, basic_actions | bit(action_kind::fail) | bit(action_kind::teardown), filter_kind::none,
      injector::cuda, "cuda/<CUDA driver function> (cuda/cuMemFree_v2)"},
+    {"nccl/", place_set::nccl, basic_actions | bit(action_kind::fail), filter_kind::rank, injector::nccl,
+     "nccl/<NCCL function>[@rank=N] (nccl/ncclAllReduce@rank=1)"},
     // The catalog's own points (DESIGN.md §6.4), for scenario binaries and programs linking faultline::points.
     {"sim/", place_set::catalog, all_actions, filter_kind::none, injector::engine, "sim/..."},
     {"alloc/", place_set::catalog, all_actions, filter_kind::none, injector::engine, "alloc/..."},
@@ -180,6 +188,23 @@ constexpr const point_family& family_named(std::string_view name) noexcept {
   return family_table[0];
 }
 
+/// The `rank=` that starts a rank filter: its '=' belongs to the filter, not to the item.
+inline constexpr std::string_view rank_filter_prefix = "rank=";
+
+/// Where the name of the spec item `item` ends: the index of the '=' that starts its terms
+/// (npos when there is none). That is the first '=', except right after "@rank", where the '='
+/// is part of the filter (nccl/ncclAllReduce@rank=1=3*off->stop). Every reader of a spec finds
+/// an item's name through this.
+constexpr std::size_t item_name_end(std::string_view item) noexcept {
+  std::size_t eq = item.find('=');
+  const std::size_t at = item.find('@');
+  if (eq != std::string_view::npos && at != std::string_view::npos && at < eq &&
+      std::string_view(item.data() + at + 1, eq - at).starts_with(rank_filter_prefix)) {
+    eq = item.find('=', eq + 1);
+  }
+  return eq;
+}
+
 /// Calls `fn(pattern)` for each item's pattern of `spec` (the text before each '=', trimmed;
 /// "cuda/cuMem*", "process/start@python3"). Does not allocate.
 template <class F>
@@ -189,7 +214,7 @@ constexpr void for_each_pattern(std::string_view spec, F&& fn) noexcept {
     std::string_view item = head(spec, end);
     if (end == std::string_view::npos) spec = std::string_view();
     else spec.remove_prefix(end + 1);
-    const std::size_t eq = item.find('=');
+    const std::size_t eq = item_name_end(item);
     if (eq == std::string_view::npos) continue;
     std::string_view pattern = head(item, eq);
     while (!pattern.empty() && (pattern.front() == ' ' || pattern.front() == '\t' || pattern.front() == '\n')) pattern.remove_prefix(1);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "faults/nccl_names.h"
+
 namespace faultline::faults {
 namespace {
 
@@ -36,13 +38,18 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 bool has_place_table(const point_family& f) noexcept {
   if (f.places == place_set::fiu_posix) return std::size(fiu_posix_names) > 1;
   if (f.places == place_set::cuda) return std::size(cuda_driver_names) > 1 && std::size(cuda_runtime_names) > 1;
-  return false;
+  return f.places == place_set::nccl;
 }
 
 bool known_place(std::string_view name, bool prefix) noexcept {
   const point_family* f = family_of(name);
   if (f == nullptr || !has_place_table(*f)) return true;
   if (f->places == place_set::fiu_posix) return contains(fiu_posix_names, name, prefix);
+  if (f->places == place_set::nccl) {
+    const std::string_view api = name.substr(5);  // after "nccl/"
+    return std::any_of(std::begin(nccl_function_names) + 1, std::end(nccl_function_names),
+                       [&](std::string_view n) { return prefix ? n.starts_with(api) : n == api; });
+  }
   std::string_view api = name.substr(5);  // after "cuda/"
   // __CUDA_API_PTDS / _PTSZ: the per-thread-stream entry points of a function.
   if (!prefix && (api.ends_with("_ptds") || api.ends_with("_ptsz"))) api.remove_suffix(5);
@@ -72,6 +79,7 @@ std::string nearest_place(std::string_view name) {
   for (auto n : cuda_runtime_names) {
     if (!n.empty()) consider(n, "cuda/");
   }
+  for (std::size_t i = 1; i < nccl_function_count; ++i) consider(nccl_function_names[i], "nccl/");
   return best;
 }
 

@@ -7,6 +7,7 @@
 
 #include "faults/bug_points.h"
 #include "faults/cuda_errors.h"
+#include "faults/nccl_names.h"
 
 namespace faultline::faults {
 
@@ -122,7 +123,13 @@ class parser {
         return fail_here("a wildcard '*' must end the point name");
       }
     }
-    if (peek() == '@') {
+    if (peek() == '@' && text_.substr(pos_ + 1).starts_with(faults::rank_filter_prefix)) {
+      // @rank=N (nccl/): the '=' is the filter's own.
+      pos_ += 1 + faults::rank_filter_prefix.size();
+      std::string_view digits = take_while([](char c) { return c >= '0' && c <= '9'; });
+      if (digits.empty() || digits.size() > 9) return fail_here("expected a rank number after '@rank='");
+      it.filter = std::string(faults::rank_filter_prefix) + std::string(digits);
+    } else if (peek() == '@') {
       ++pos_;
       std::string_view filter = take_while(
           [](char c) { return detail::is_point_name_char(c) && c != '/'; });
@@ -243,8 +250,8 @@ class parser {
         const std::size_t col = pos_;
         std::string_view arg = take_while(is_word_char);
         constexpr std::string_view expected =
-            "expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...) "
-            "or a positive integer";
+            "expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...), "
+            "an ncclResult_t name (ncclSystemError, ...) or a positive integer";
         if (arg.empty()) return fail_at(col, expected);
         if (is_digit(arg.front())) {
           std::uint64_t v = 0;
@@ -260,6 +267,10 @@ class parser {
         }
         if (int cuda = cuda_error_from_name(arg.data(), arg.size()); cuda != 0) {
           a.code = cuda;
+          return status::ok();
+        }
+        if (int nccl = nccl_result_value(arg); nccl > 0) {  // nccl/ points: an ncclResult_t name
+          a.code = nccl;
           return status::ok();
         }
         return fail_at(col, expected);
@@ -392,7 +403,23 @@ std::string_view to_string(action_kind kind) noexcept {
 
 core::result<spec> parse(std::string_view text) { return parser(text).run(); }
 
-std::string format(const term& t) {
+namespace {
+
+// fail's code as the point's family names them: an ncclResult_t name on nccl/ points, the number
+// on cuda/ points (CUDA's numbers are not errno's), else an errno name.
+std::string code_text(int code, const item* owner) {
+  if (owner != nullptr && pattern_reaches(owner->point, injector::nccl)) {
+    for (const auto& r : nccl_results) {
+      if (r.value == code) return std::string(r.name);
+    }
+    return std::to_string(code);
+  }
+  if (owner != nullptr && pattern_reaches(owner->point, injector::cuda)) return std::to_string(code);
+  const std::string_view name = errno_name(code);
+  return name.empty() ? std::to_string(code) : std::string(name);
+}
+
+std::string format_term(const term& t, const item* owner) {
   std::string out;
   if (t.probability_ppb) out += format_percent(*t.probability_ppb);
   if (t.count) out += std::to_string(*t.count) + "*";
@@ -400,10 +427,7 @@ std::string format(const term& t) {
   const action& a = t.action;
   switch (a.kind) {
     case action_kind::fail:
-      if (a.code != 1) {
-        std::string_view name = errno_name(a.code);
-        out += "(" + (name.empty() ? std::to_string(a.code) : std::string(name)) + ")";
-      }
+      if (a.code != 1) out += "(" + code_text(a.code, owner) + ")";
       break;
     case action_kind::delay: out += "(" + format_duration(a.duration) + ")"; break;
     case action_kind::pause:
@@ -419,11 +443,15 @@ std::string format(const term& t) {
   return out;
 }
 
+}  // namespace
+
+std::string format(const term& t) { return format_term(t, nullptr); }
+
 std::string format(const item& i) {
   std::string out = i.written() + "=";
   for (std::size_t k = 0; k < i.terms.size(); ++k) {
     if (k > 0) out += "->";
-    out += format(i.terms[k]);
+    out += format_term(i.terms[k], &i);
   }
   return out;
 }

@@ -111,6 +111,28 @@ TEST(spec, reads_a_program_filter_after_the_point) {
   EXPECT_NE(twice.error().message().find("named twice"), std::string::npos);
 }
 
+// @rank=N (nccl/): the '=' after "rank" is the filter's, the next one starts the terms.
+TEST(spec, reads_a_rank_filter_whose_equals_sign_is_its_own) {
+  auto s = parse("nccl/ncclAllReduce@rank=1=3*off->stop; nccl/ncclCommInitRank@rank=0=fail(ncclSystemError)");
+  ASSERT_TRUE(s) << s.error().message();
+  ASSERT_EQ(s->items.size(), 2u);
+  EXPECT_EQ(s->items[0].point, "nccl/ncclAllReduce");
+  EXPECT_EQ(s->items[0].filter, "rank=1");
+  ASSERT_EQ(s->items[0].terms.size(), 2u);
+  EXPECT_EQ(s->items[0].terms[0].count, 3u);
+  EXPECT_EQ(s->items[0].terms[1].action.kind, action_kind::stop);
+  EXPECT_EQ(s->items[1].terms[0].action.code, 2);  // ncclSystemError
+  EXPECT_EQ(format(*s), "nccl/ncclAllReduce@rank=1=3*off->stop;nccl/ncclCommInitRank@rank=0=fail(ncclSystemError)");
+  EXPECT_EQ(item_name_end("nccl/ncclAllReduce@rank=12=stop"), 26u);
+  EXPECT_EQ(item_name_end("process/start@python3=stop"), 21u);
+  for (const char* bad : {"nccl/ncclAllReduce@rank==stop", "nccl/ncclAllReduce@rank=x=stop"}) {
+    auto refused = parse(bad);
+    ASSERT_FALSE(refused) << bad;
+    EXPECT_NE(refused.error().message().find("expected a rank number after '@rank='"), std::string::npos)
+        << refused.error().message();
+  }
+}
+
 TEST(spec, reads_percentages_to_parts_per_billion) {
   auto ppb = [](std::string_view text) {
     spec s = parse_ok("p=" + std::string(text) + "fail");
@@ -267,9 +289,9 @@ TEST(spec, rejects_malformed_failure_codes_rendezvous_names_and_devices) {
   expect_spec_rejections({
       {"a=fail(EIO", "faults spec: column 11: expected ')' to close 'fail(', found end of spec"},
       {"a=fail(ENOMEN)",
-       "faults spec: column 8: expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...) or a positive integer, found 'ENOMEN'"},
-      {"a=fail()", "faults spec: column 8: expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...) or a positive integer, found ')'"},
-      {"a=fail(-1)", "faults spec: column 8: expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...) or a positive integer, found '-'"},
+       "faults spec: column 8: expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...), an ncclResult_t name (ncclSystemError, ...) or a positive integer, found 'ENOMEN'"},
+      {"a=fail()", "faults spec: column 8: expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...), an ncclResult_t name (ncclSystemError, ...) or a positive integer, found ')'"},
+      {"a=fail(-1)", "faults spec: column 8: expected an errno name (ENOMEM, EIO, ...), a CUDA driver error name (CUDA_ERROR_INVALID_VALUE, ...), an ncclResult_t name (ncclSystemError, ...) or a positive integer, found '-'"},
       {"a=fail(0)", "faults spec: column 8: a failure code must be a positive integer or an errno name, found '0'"},
       {"a=fail(2147483648)",
        "faults spec: column 8: a failure code must be a positive integer or an errno name, found '2147483648'"},

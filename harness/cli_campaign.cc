@@ -30,8 +30,11 @@ the README's "CUDA fault points", "Process points" and "Lock points"; posix/... 
 libfiu's POSIX preload's points (fail(ERRNO), delay, kill, abort, print), preloaded when named;
 fn/SYMBOL stands at the entry of a function of the program or its libraries (fn/SYMBOL+OFFSET at
 a byte offset inside it, which must start an instruction) (off, delay, abort,
-kill, print, stop), found in the symbol tables: fn/lock_shrreg=kill. stop: the process stops
-(SIGSTOP) until continued or killed.)";
+kill, print, stop), found in the symbol tables: fn/lock_shrreg=kill. nccl/<API> stands before an
+NCCL call (nccl/ncclAllReduce, nccl/ncclCommInitRank...: off, delay, abort, kill, print, stop and
+fail(ncclResult_t name or N)), with an optional @rank=N filter (nccl/ncclAllReduce@rank=1=2*off->stop);
+each rank's NCCL calls are counted, so that a hang names the ranks in the collective and those
+outside it. stop: the process stops (SIGSTOP) until continued or killed.)";
 
 constexpr const char* verify_about = R"(Check that every scenario's clean variant never fails and that each of its bug points is
 detected (any outcome but pass) at least at the scenario's required rate. Prints a table; exit

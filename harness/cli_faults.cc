@@ -45,7 +45,8 @@ std::string taken_actions(const faults::point_family& f) {
                         action_kind::stop, action_kind::fail, action_kind::teardown, action_kind::pause}) {
     if (!f.takes(k)) continue;
     std::string n(faults::to_string(k));
-    if (k == action_kind::fail && f.injector != faults::injector::cuda) n += "(ERRNO)";
+    if (k == action_kind::fail && f.injector == faults::injector::nccl) n += "(ncclResult_t name or N)";
+    else if (k == action_kind::fail && f.injector != faults::injector::cuda) n += "(ERRNO)";
     names.push_back(n);
   }
   std::string out;
@@ -102,6 +103,24 @@ void check_place(const faults::item& item, const std::vector<const faults::point
 
 }  // namespace
 
+namespace {
+
+// An @filter must be one the item's families take: @rank=N for nccl/, a name for the others.
+void check_filter(const faults::item& item, const std::vector<const faults::point_family*>& covered) {
+  if (item.filter.empty()) return;
+  const bool rank = item.filter.starts_with(faults::rank_filter_prefix);
+  const bool taken = std::any_of(covered.begin(), covered.end(), [&](const faults::point_family* f) {
+    return rank ? f->filter == faults::filter_kind::rank
+                : f->filter == faults::filter_kind::program || f->filter == faults::filter_kind::function;
+  });
+  if (taken) return;
+  throw usage_error{"--faults: " + item.written() +
+                    ": an @filter is for process/start and spawn/parent (a program), lock/ (a function) and nccl/ "
+                    "(@rank=N)"};
+}
+
+}  // namespace
+
 // Every item is checked against the families (faults/families.h), the description the agent
 // reads too: its point must exist, and its actions and filter must be ones the point takes. What
 // the agent cannot do is refused up front rather than silently ignored.
@@ -129,11 +148,7 @@ void check_agent_points(const faults::spec& spec, spec_reader reader) {
         throw usage_error{"--faults: " + item.point +
                           ": an fn/ point is fn/SYMBOL or fn/SYMBOL+OFFSET, a byte offset in decimal or 0x hex"};
     }
-    if (!item.filter.empty() && std::none_of(covered.begin(), covered.end(), [](const faults::point_family* f) {
-          return f->filter != faults::filter_kind::none;
-        }))
-      throw usage_error{"--faults: " + item.written() +
-                        ": an @filter is for process/start and spawn/parent (a program) and lock/ (a function)"};
+    check_filter(item, covered);
     for (const auto& t : item.terms) {
       const action_kind k = t.action.kind;
       // (A scenario's point outside every family: the fault engine takes every action.)

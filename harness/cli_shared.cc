@@ -10,6 +10,7 @@
 #include "faults/spec.h"
 #include "harness/agent_dir.h"
 #include "harness/detail/sys.h"
+#include "harness/results/ranks.h"
 #include "harness/results/summary.h"
 #include "harness/run/containment.h"
 #include "harness/run/core_dump.h"
@@ -429,6 +430,11 @@ void print_human(const variant_summary& v, const settings& s, const std::string&
     if (!g.first_stacks.empty()) out << "      stacks: " << (s.out / g.first_stacks).string() << "\n";
     // The top of the stack (the record and --json keep top_frames_kept).
     for (std::size_t i = 0; i < g.first_frames.size() && i < 5; ++i) out << "        #" << i << "  " << g.first_frames[i] << "\n";
+    // A distributed run's ranks: each one's state, and the pid its stacks are under.
+    if (!g.first_ranks.empty()) out << "      " << ranks_verdict(g.first_ranks) << "\n";
+    for (const auto& k : g.first_ranks)
+      out << "        " << (k.rank >= 0 ? "rank " : "") << rank_label(k) << (k.pid && k.rank >= 0 ? "  pid " + std::to_string(k.pid) : "")
+          << "  " << rank_detail(k) << "\n";
   }
   for (const auto& l : v.late_cuda)
     out << "  late CUDA calls: " << l.api << " in " << l.runs << (l.runs == 1 ? " run (" : " runs (") << l.calls

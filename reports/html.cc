@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "core/file_io.h"
+#include "harness/results/ranks.h"
 #include "reports/detail/pack.h"
 #include "reports/detail/text.h"
 
@@ -104,6 +105,23 @@ std::string code(std::string_view text) { return "<code>" + html_escape(text) + 
 // Whether a variant met its expectation, as a coloured word. Words, not emoji: a stock headless
 // Chromium has no emoji font and drew ✅ and ❌ as empty boxes; every font draws "PASS".
 std::string mark(bool ok) { return ok ? "<span class=\"mark pass\">PASS</span>" : "<span class=\"mark fail\">FAIL</span>"; }
+
+// A distributed run's ranks (a signature's first run): each one's state, and the pid whose
+// stacks the run's stack dump holds.
+std::string html_rank_table(const harness::signature_group& g) {
+  std::string out = "<p>Ranks of " + code(g.first_run) + ": " + html_escape(harness::ranks_verdict(g.first_ranks)) + "</p>\n";
+  out += "<table class=\"ranks\"><thead><tr><th>rank</th><th>pid</th><th>state</th><th>collectives</th><th>last collective</th>"
+         "<th>in call</th><th>fault</th><th>signal</th></tr></thead><tbody>\n";
+  for (const auto& k : g.first_ranks) {
+    std::string fault = k.fault.empty() ? "" : k.fault + " by nccl/" + k.fault_api + " #" + std::to_string(k.fault_call);
+    out += "<tr><td class=\"num\">" + (k.rank >= 0 ? std::to_string(k.rank) : std::string("?")) + "</td><td class=\"num\">" +
+           (k.pid ? std::to_string(k.pid) : std::string()) + "</td><td>" + html_escape(harness::to_string(k.state)) +
+           "</td><td class=\"num\">" + std::to_string(k.collectives) + "</td><td>" + html_escape(k.last_collective) + "</td><td>" +
+           html_escape(k.in_call) + "</td><td>" + html_escape(fault) + "</td><td>" +
+           (k.signal ? html_escape(harness::signal_name(*k.signal)) : std::string()) + "</td></tr>\n";
+  }
+  return out + "</tbody></table>\n";
+}
 
 // Signatures listed per variant, the most frequent first: a variant whose every crash has a
 // signature of its own (addresses in its frames) must not make the page grow with its runs.
@@ -472,6 +490,8 @@ std::string to_html(const report_model& m, const html_options& o) {
         out += "</td></tr>\n";
       }
       out += "</tbody></table>\n";
+      for (std::size_t k = 0; k < sigs.size() && k < signatures_listed; ++k)
+        if (!sigs[k].first_ranks.empty()) out += html_rank_table(sigs[k]);
       if (sigs.size() > signatures_listed) {
         std::uint64_t runs = 0;
         for (std::size_t k = signatures_listed; k < sigs.size(); ++k) runs += sigs[k].count;

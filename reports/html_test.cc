@@ -286,5 +286,17 @@ TEST(to_html, grows_with_the_variants_not_the_runs) {
   EXPECT_LT(large, 400'000u);
 }
 
+TEST(to_html, a_distributed_hang_has_a_table_of_its_ranks) {
+  testing::temp_dir dir;
+  testing::write_results(dir.path(), testing::distributed_hang("ddp/allreduce", 3));
+  auto m = load_report({dir.path()});
+  ASSERT_TRUE(m) << m.error().message();
+  const std::string page = to_html(*m, {fake_plotly, dir.path(), "faultline report"});
+  EXPECT_NE(page.find("<p>Ranks of <code>ddp-allreduce.s1000</code>: ranks: 1 outside: 2 collectives"), std::string::npos);
+  EXPECT_NE(page.find("<tr><td class=\"num\">1</td><td class=\"num\">4101</td><td>outside</td><td class=\"num\">2</td>"
+                      "<td>ncclAllReduce</td><td></td><td>stopped by nccl/ncclAllReduce #3</td><td>SIGSTOP</td></tr>"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace faultline::reports

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "harness/results/ranks.h"
 #include "reports/detail/text.h"
 
 namespace faultline::reports {
@@ -54,6 +55,17 @@ std::string outcome_counts(const harness::variant_summary& s) {
   return text;
 }
 
+// A distributed run's ranks, one line each, with the pid whose stacks the run's stack dump holds.
+std::string junit_rank_table(const std::vector<harness::nccl_rank_record>& ranks) {
+  if (ranks.empty()) return "";
+  std::string text = "     ranks of the first run:\n";
+  for (const auto& k : ranks)
+    text += "       " + std::string(k.rank >= 0 ? "rank " : "") + harness::rank_label(k) +
+            (k.pid && k.rank >= 0 ? "  pid " + std::to_string(k.pid) : "") + "  " + std::string(harness::to_string(k.state)) +
+            "  " + harness::rank_detail(k) + "\n";
+  return text;
+}
+
 // The body of a <failure> or <error>: everything a person needs to start on it.
 std::string details(const variant_report& v) {
   std::string text = v.verdict + "\noutcomes: " + outcome_counts(v.summary) + "\n";
@@ -67,6 +79,7 @@ std::string details(const variant_report& v) {
               (g.first_stacks.empty() ? "" : ", stacks " + g.first_stacks) + "\n";
       for (std::size_t i = 0; i < g.first_frames.size(); ++i)
         text += "       #" + std::to_string(i) + "  " + g.first_frames[i] + "\n";
+      text += junit_rank_table(g.first_ranks);
     }
   }
   if (v.summary.points_never_reached && !v.summary.points_never_reached->empty()) {
@@ -108,6 +121,7 @@ std::string to_junit(const report_model& m) {
         type = std::string(harness::to_string(g.result));
         message += "; most frequent: " + std::to_string(g.count) + "x " + detail::outcome_and_phase(g.result, g.when) + " " +
                    (g.signature.empty() ? "(no signature)" : g.signature);
+        if (!g.first_ranks.empty()) message += "; " + harness::ranks_verdict(g.first_ranks);
         break;
       }
     }

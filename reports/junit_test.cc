@@ -156,5 +156,27 @@ TEST(to_junit, an_undetected_bug_point_fails) {
   EXPECT_NE(xml.find("<failure type=\"undetected\" message=\"bug point never detected in 10 runs\">"), std::string::npos) << xml;
 }
 
+TEST(to_junit, a_distributed_hang_names_its_ranks_in_the_message_and_lists_them_in_the_body) {
+  testing::temp_dir dir;
+  testing::write_results(dir.path(), testing::distributed_hang("ddp/allreduce", 3));
+  auto m = load_report({dir.path()});
+  ASSERT_TRUE(m) << m.error().message();
+  const std::string xml = to_junit(*m);
+  EXPECT_NE(xml.find("message=\"1 of 3 runs failed"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("1x hang/exit hang: rank 1 outside ncclAllReduce #3 (stopped by nccl/ncclAllReduce), rank 0 waiting in it; "
+                     "ranks: 1 outside: 2 collectives, last ncclAllReduce, stopped by nccl/ncclAllReduce before call #3; "
+                     "0 in ncclAllReduce #3 (waiting)\">"),
+            std::string::npos)
+      << xml;
+  EXPECT_NE(xml.find("     ranks of the first run:\n"
+                     "       rank 0  pid 4100  in-collective  in ncclAllReduce #3 (waiting)\n"
+                     "       rank 1  pid 4101  outside  outside: 2 collectives, last ncclAllReduce, stopped by nccl/ncclAllReduce before call #3\n"),
+            std::string::npos)
+      << xml;
+  if (have_xmllint()) {
+    EXPECT_EQ(schema_errors(xml, dir.path()), "");
+  }
+}
+
 }  // namespace
 }  // namespace faultline::reports

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "harness/results/ranks.h"
 #include "reports/detail/text.h"
 
 namespace faultline::reports {
@@ -78,6 +79,19 @@ std::string fenced_block(std::string_view text, std::string_view info) {
   return fence + std::string(info) + "\n" + body + "\n" + fence + "\n";
 }
 
+// A distributed run's ranks (the first run of a signature): the state of each, and the pid its
+// stacks are under in the run's stack dump.
+void markdown_rank_table(std::string& out, const harness::signature_group& g) {
+  out += "\nRanks of " + code_span(g.first_run, false) + ": " + plain(harness::ranks_verdict(g.first_ranks)) + "\n\n";
+  out += "| rank | pid | state | collectives | last collective | in call | fault | signal |\n|--:|--:|---|--:|---|---|---|---|\n";
+  for (const auto& k : g.first_ranks) {
+    std::string fault = k.fault.empty() ? "" : k.fault + " by nccl/" + k.fault_api + " #" + std::to_string(k.fault_call);
+    out += "| " + (k.rank >= 0 ? std::to_string(k.rank) : std::string("?")) + " | " + (k.pid ? std::to_string(k.pid) : std::string()) +
+           " | " + std::string(harness::to_string(k.state)) + " | " + std::to_string(k.collectives) + " | " + plain(k.last_collective) +
+           " | " + plain(k.in_call) + " | " + plain(fault) + " | " + (k.signal ? harness::signal_name(*k.signal) : std::string()) + " |\n";
+  }
+}
+
 void variant_section(std::string& out, const variant_report& v) {
   out += "\n### " + std::string(v.ok ? ok_mark : fail_mark) + " " + code_span(v.label, false) + ": " + plain(v.verdict) + "\n\n";
   if (!v.faults.empty()) out += "Faults: " + code_span(v.faults, false) + "\n\n";
@@ -102,6 +116,9 @@ void variant_section(std::string& out, const variant_report& v) {
       out += "\nTop frames of " + code_span(g.first_run, false) + " (" +
              (g.signature.empty() ? std::string("no signature") : code_span(g.signature, false)) + "):\n\n" + fenced_block(frames, "");
     }
+    shown = 0;
+    for (const auto& g : v.summary.signatures)
+      if (shown++ < max_signatures && !g.first_ranks.empty()) markdown_rank_table(out, g);
     if (v.summary.signatures.size() > max_signatures)
       out += "\n…and " + detail::thousands(v.summary.signatures.size() - max_signatures) + " more signatures (see the HTML report).\n";
   }

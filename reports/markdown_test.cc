@@ -120,5 +120,29 @@ TEST(to_markdown, all_good_says_so) {
   EXPECT_EQ(md.find("###"), std::string::npos) << md;
 }
 
+TEST(to_markdown, a_distributed_hang_has_a_table_of_its_ranks) {
+  testing::temp_dir dir;
+  testing::write_results(dir.path(), testing::distributed_hang("ddp/allreduce", 3));
+  auto m = load_report({dir.path()});
+  ASSERT_TRUE(m) << m.error().message();
+  const std::string md = to_markdown(*m);
+  EXPECT_NE(md.find("\nRanks of `ddp-allreduce.s1000`: ranks: 1 outside: 2 collectives, last ncclAllReduce, stopped by "
+                    "nccl/ncclAllReduce before call \\#3; 0 in ncclAllReduce \\#3 (waiting)\n\n"
+                    "| rank | pid | state | collectives | last collective | in call | fault | signal |\n"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| 0 | 4100 | in-collective | 3 | ncclAllReduce | ncclAllReduce |  |  |\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 1 | 4101 | outside | 2 | ncclAllReduce |  | stopped by nccl/ncclAllReduce \\#3 | SIGSTOP |\n"), std::string::npos)
+      << md;
+}
+
+TEST(to_markdown, a_run_without_ranks_has_no_rank_table) {
+  testing::temp_dir dir;
+  testing::write_results(dir.path(), testing::runs("exit/a", 4, 1, outcome::hang, "hang: futex_wait"));
+  auto m = load_report({dir.path()});
+  ASSERT_TRUE(m) << m.error().message();
+  EXPECT_EQ(to_markdown(*m).find("Ranks of"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace faultline::reports

@@ -50,6 +50,8 @@ carry_libs() {  # the libraries of $1 that a stock machine lacks, into DEST/lib 
       exit 1
     fi
     case $name in librmm.so | librapids_logger.so) continue ;; esac  # rmm-carry.sh placed them per release
+    # The NCCL programs link the stand-in libnccl.so.2; on the GPU machine the real one is used.
+    case $name in libnccl.so.*) continue ;; esac
     [ -f "$dest/lib/$name" ] || carry "$path" "$dest/lib/$name"
   done < <(ldd "$1" | awk '$2 == "=>" { print $1, $3 }')
 }
@@ -57,7 +59,7 @@ carry_libs() {  # the libraries of $1 that a stock machine lacks, into DEST/lib 
 missing=()
 programs=(faultline faultline-keeper faultline-core-handler faultline-scenarios cuda_backend_test alloc_test ipc_test registry_test accounting_test
           fl_testdata_pass fl_testdata_noop fl_accounting_node)
-for p in "$build"/bin/*_bench "$build"/bin/fl_cuda_*; do
+for p in "$build"/bin/*_bench "$build"/bin/fl_cuda_* "$build"/bin/fl_nccl_*; do
   [ -x "$p" ] && programs+=("$(basename "$p")")
 done
 for name in "${programs[@]}"; do

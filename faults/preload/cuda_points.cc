@@ -38,6 +38,7 @@
 #include "faults/preload/detail/plan_table.h"
 #include "faults/preload/detail/points.h"
 #include "faults/preload/detail/text.h"
+#include "faults/preload/nccl_points.h"
 #include "faults/preload/preload_points.h"
 
 namespace {
@@ -405,6 +406,11 @@ void* replace_get_proc(void* real, const char* exact) {
 
 extern "C" void* faultline_dlsym_hook(void* handle, const char* name) noexcept {
   dlsym_fn look = real_dlsym();
+  // An NCCL function asked of a libnccl handle: the agent's, which goes on to libnccl's
+  // (nccl_points.h). Always: the rank's state is kept with or without nccl/ items.
+  if (look != nullptr && name != nullptr && handle != RTLD_NEXT && std::strncmp(name, "nccl", 4) == 0) {
+    return faultline::agent::nccl_points::wrap_dlsym(name, look(handle, name));
+  }
   if ((!have_items && !watch_late) || look == nullptr || handle == RTLD_NEXT || name == nullptr || name[0] != 'c' ||
       name[1] != 'u') {
     return nullptr;

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "faults/nccl_names.h"
+
 namespace faultline::agent {
 
 inline constexpr const char* nccl_file_prefix = "nccl.";
@@ -51,26 +53,9 @@ inline constexpr std::uint32_t nccl_api_count = static_cast<std::uint32_t>(nccl_
 
 /// The exported name of an API ("ncclAllReduce"), "" for none or out of range.
 inline constexpr std::string_view nccl_api_name(std::uint32_t id) noexcept {
-  constexpr std::string_view names[] = {
-      "",
-      "ncclAllReduce",
-      "ncclAllGather",
-      "ncclReduceScatter",
-      "ncclBroadcast",
-      "ncclReduce",
-      "ncclSend",
-      "ncclRecv",
-      "ncclGroupStart",
-      "ncclGroupEnd",
-      "ncclCommInitRank",
-      "ncclCommInitRankConfig",
-      "ncclCommFinalize",
-      "ncclCommAbort",
-      "ncclCommDestroy",
-  };
-  static_assert(sizeof(names) / sizeof(names[0]) == nccl_api_count);
-  return id < nccl_api_count ? names[id] : std::string_view{};
+  return id < nccl_api_count ? faults::nccl_function_names[id] : std::string_view{};
 }
+static_assert(faults::nccl_function_count == nccl_api_count, "faults/nccl_names.h lists every nccl_api");
 
 /// Whether a call of `id` counts as a collective (and so in nccl_rank_state::collectives): the
 /// five collectives, not point-to-point, group or communicator calls.

@@ -43,6 +43,7 @@
 #include "faults/preload/cuda_points.h"
 #include "faults/preload/fn_points.h"
 #include "faults/preload/late_cuda.h"
+#include "faults/preload/nccl_points.h"
 #include "faults/preload/posix_points.h"
 #include "faults/preload/preload_points.h"
 #include "faults/preload/spawn_points.h"
@@ -101,6 +102,12 @@ exit_fn next_exit() {
   }
 #endif
   const char* spec = std::getenv("FAULTLINE_FAULTS");
+#if FAULTLINE_CUDA_POINTS
+  // Before the return below: a rank keeps its NCCL state (nccl.PID) with or without a spec.
+  const bool nccl = faultline::agent::nccl_points::install(spec);
+#else
+  const bool nccl = false;
+#endif
   if (spec == nullptr || *spec == '\0') return;
   detail::plan_point(spec, "exit/start", exit_start_plan);
   detail::plan_point(spec, "exit/end", exit_end_plan);
@@ -113,7 +120,7 @@ exit_fn next_exit() {
   // Which injectors the spec needs: the families' table (faults/families.h).
   const bool posix = faultline::faults::spec_reaches(spec, faultline::faults::injector::posix);
   const bool fn = faultline::faults::spec_reaches(spec, faultline::faults::injector::fn);
-  if (exit_start_plan.enabled || exit_end_plan.enabled || cuda || spawn || posix || fn) {
+  if (exit_start_plan.enabled || exit_end_plan.enabled || cuda || spawn || posix || fn || nccl) {
     faultline::agent::preload::open_points_file(faultline::agent::run_dir());
   }
   faultline::agent::preload::seed_points(std::getenv("FAULTLINE_SEED"));

@@ -50,6 +50,7 @@ run_record to_record(const run_report& rep, const variant& v, const std::string&
     r.stacks = stacks.empty() ? "" : "runs/" + run_id + "/" + stacks.filename().string();
   }
   r.frames = rep.verdict.top_frames;
+  r.ranks = rep.verdict.ranks;
   r.leaked_pids = rep.evidence.leaked_pids;
   r.leaked_shm = rep.evidence.leaked_shm;
   r.timestamp = detail::iso_utc(rep.started);

@@ -56,6 +56,60 @@ std::string signal_name(int sig) {
   return "SIG" + std::to_string(sig);
 }
 
+std::string_view to_string(rank_state s) noexcept {
+  switch (s) {
+    case rank_state::in_collective: return "in-collective";
+    case rank_state::outside: return "outside";
+    case rank_state::dead: return "dead";
+    case rank_state::exited: return "exited";
+    case rank_state::missing: return "missing";
+  }
+  return "outside";
+}
+
+std::optional<rank_state> rank_state_from_string(std::string_view s) noexcept {
+  for (auto st : {rank_state::in_collective, rank_state::outside, rank_state::dead, rank_state::exited, rank_state::missing})
+    if (to_string(st) == s) return st;
+  return std::nullopt;
+}
+
+void to_json(nlohmann::json& j, const nccl_rank_record& r) {
+  j = nlohmann::json{{"rank", r.rank},   {"nranks", r.nranks},          {"pid", r.pid},
+                     {"state", to_string(r.state)}, {"collectives", r.collectives}};
+  if (!r.last_collective.empty()) j["last_collective"] = r.last_collective;
+  if (!r.in_call.empty()) j["in_call"] = r.in_call;
+  if (!r.fault.empty())
+    j["fault"] = {{"action", r.fault}, {"api", r.fault_api}, {"call", r.fault_call}, {"result", r.fault_result}};
+  if (r.signal) j["signal"] = {{"name", signal_name(*r.signal)}, {"number", *r.signal}};
+}
+
+// Strict: a rank entry is written by the runner alone, so one that lacks a field or holds a
+// wrong type is a damaged file, refused like any other malformed line.
+void from_json(const nlohmann::json& j, nccl_rank_record& r) {
+  if (!j.is_object()) throw nlohmann::json::type_error::create(302, "a rank must be an object, not " + j.dump(), &j);
+  r.rank = j.at("rank").get<int>();
+  r.nranks = j.at("nranks").get<int>();
+  r.pid = j.at("pid").get<int>();
+  const auto state = rank_state_from_string(j.at("state").get<std::string>());
+  if (!state) throw nlohmann::json::other_error::create(501, "unknown rank state " + j.at("state").dump(), &j);
+  r.state = *state;
+  r.collectives = j.at("collectives").get<std::uint64_t>();
+  r.last_collective = j.value("last_collective", std::string());
+  r.in_call = j.value("in_call", std::string());
+  r.fault.clear();
+  r.fault_api.clear();
+  r.fault_call = 0;
+  r.fault_result = 0;
+  if (auto f = j.find("fault"); f != j.end()) {
+    r.fault = f->at("action").get<std::string>();
+    r.fault_api = f->at("api").get<std::string>();
+    r.fault_call = f->at("call").get<std::uint64_t>();
+    r.fault_result = f->value("result", 0);
+  }
+  r.signal.reset();
+  if (auto sig = j.find("signal"); sig != j.end()) r.signal = sig->at("number").get<int>();
+}
+
 void to_json(nlohmann::json& j, const run_record& r) {
   using nlohmann::json;
   auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
@@ -86,6 +140,7 @@ void to_json(nlohmann::json& j, const run_record& r) {
     for (const auto& l : r.late_cuda) late.push_back({{"api", l.api}, {"calls", l.calls}, {"signature", l.signature}});
     j["late_cuda"] = std::move(late);
   }
+  if (!r.ranks.empty()) j["ranks"] = r.ranks;
 }
 
 void from_json(const nlohmann::json& j, run_record& r) {
@@ -126,6 +181,11 @@ void from_json(const nlohmann::json& j, run_record& r) {
     for (const auto& l : *late)
       r.late_cuda.push_back({l.at("api").get<std::string>(), l.at("calls").get<std::uint64_t>(),
                              l.value("signature", std::string())});
+  }
+  r.ranks.clear();
+  if (auto ranks = j.find("ranks"); ranks != j.end()) {
+    if (!ranks->is_array()) throw nlohmann::json::type_error::create(302, "ranks must be an array", &j);
+    for (const auto& k : *ranks) r.ranks.push_back(k.get<nccl_rank_record>());
   }
 }
 

@@ -10,11 +10,11 @@
 //   w.append(record);                                  // thread-safe, one line per call
 //   auto all = harness::read_results("out/results.jsonl");
 //
-// Line format (fields always present, null where not applicable, except "points_reached" and
-// "frames", which are left out when empty):
+// Line format (fields always present, null where not applicable, except "points_reached",
+// "frames", "late_cuda" and "ranks", which are left out when empty):
 //   {"run_id","run","name","seed","faults","injected","outcome","phase","exit_code",
 //    "signal":{"name","number"},"duration_ms","signature","log","stacks","frames","leaked_pids",
-//    "leaked_shm","timestamp","command","points_reached"}
+//    "leaked_shm","timestamp","command","points_reached","late_cuda","ranks"}
 // "stacks" is a hang's stack dump (runs/RUN/stacks.txt) or a crash's (runs/RUN/crash-stacks.txt);
 // "frames" the top frames of the stack its signature was made from ("f  (module)", top first).
 // Paths ("log", "stacks") are relative to the directory that holds the results file, so an output
@@ -65,6 +65,37 @@ struct late_cuda_calls_record {
   std::string signature;  ///< "late-cuda: API ← callers", of its first call with frames
 };
 
+/// What a rank of a distributed run was doing when the run ended (harness/run/nccl_ranks.h
+/// judges it; DESIGN.md §9.5).
+enum class rank_state {
+  in_collective,  ///< alive, and it issued the run's highest-numbered collective: waiting for the others
+  outside,        ///< alive, and it never issued that collective (behind, stopped, stuck in an init)
+  dead,           ///< its process died while the others went on (by a signal, or gone)
+  exited,         ///< its process ended with the run
+  missing,        ///< a rank of nranks that left no state (no NCCL call here, or on another machine)
+};
+
+/// "in-collective", "outside", "dead", "exited", "missing" and back (nullopt for another name).
+std::string_view to_string(rank_state s) noexcept;
+std::optional<rank_state> rank_state_from_string(std::string_view s) noexcept;
+
+/// One rank of a distributed run, from its process's nccl.PID (faults/preload/nccl_state.h).
+/// A run_record has them only when some process of the run made an NCCL call under the agent.
+struct nccl_rank_record {
+  int rank = -1;                  ///< -1: the process never said which
+  int nranks = -1;                ///< -1: unknown
+  int pid = 0;                    ///< as the run's stacks.txt names it (0 for a missing rank)
+  rank_state state = rank_state::outside;
+  std::uint64_t collectives = 0;  ///< collectives it issued: its sequence number
+  std::string last_collective;    ///< "ncclAllReduce"; "" before the first
+  std::string in_call;            ///< the NCCL call it was inside; "" none
+  std::string fault;              ///< what a point did: "stopped", "killed", "aborted", "failed", "delayed"; "" none
+  std::string fault_api;          ///< before which call ("ncclAllReduce")
+  std::uint64_t fault_call = 0;   ///< that API's call number, 1-based
+  int fault_result = 0;           ///< the ncclResult_t a `fail` answered
+  std::optional<int> signal;      ///< the signal it died by, or that stopped it
+};
+
 struct run_record {
   std::string run_id;              ///< unique within an output directory: "<name>.s<seed>"
   std::uint64_t run = 0;           ///< global run number within the invocation (sharding)
@@ -95,12 +126,19 @@ struct run_record {
   /// Each API the run's processes called after the CUDA runtime's teardown, once, with its count
   /// (--late-cuda; by API name). Empty when there were none or nothing watched.
   std::vector<late_cuda_calls_record> late_cuda;
+  /// Every rank of a distributed run (its processes' nccl.PID files), judged: which were in the
+  /// collective, which outside it, which dead ("ranks" in JSON, left out when empty).
+  std::vector<nccl_rank_record> ranks;
 };
 
 /// "SIGSEGV" for 11; "SIGRTMIN+7" for real-time signals; "SIG<n>" when unknown.
 std::string signal_name(int sig);
 
-/// JSON conversion (nlohmann ADL hooks).
+/// JSON conversion (nlohmann ADL hooks). A rank is {"rank","nranks","pid","state","collectives",
+/// "last_collective","in_call","fault":{"action","api","call","result"},"signal":{"name","number"}},
+/// "last_collective", "in_call", "fault" and "signal" left out when empty.
+void to_json(nlohmann::json& j, const nccl_rank_record& r);
+void from_json(const nlohmann::json& j, nccl_rank_record& r);
 void to_json(nlohmann::json& j, const run_record& r);
 void from_json(const nlohmann::json& j, run_record& r);
 

@@ -61,7 +61,7 @@ bool summary_builder::add(const run_record& r) {
   ++s.failures;
   keep_first(s.first_failure, r);
   auto [it, fresh] = st.group_of.emplace(r.signature, s.signatures.size());
-  if (fresh) s.signatures.push_back({r.signature, r.result, r.when, 0, r.run_id, r.log, r.run, r.stacks, r.frames});
+  if (fresh) s.signatures.push_back({r.signature, r.result, r.when, 0, r.run_id, r.log, r.run, r.stacks, r.frames, r.ranks});
   signature_group& g = s.signatures[it->second];
   ++g.count;
   if (r.run < g.first_run_number) {
@@ -72,6 +72,7 @@ bool summary_builder::add(const run_record& r) {
     g.first_run_number = r.run;
     g.first_stacks = r.stacks;
     g.first_frames = r.frames;
+    g.first_ranks = r.ranks;
   }
   return true;
 }
@@ -125,6 +126,7 @@ nlohmann::json to_json(const variant_summary& s) {
                     {"log", g.first_log},
                     {"stacks", g.first_stacks.empty() ? nlohmann::json(nullptr) : nlohmann::json(g.first_stacks)},
                     {"frames", g.first_frames}});
+    if (!g.first_ranks.empty()) sigs.back()["ranks"] = g.first_ranks;
   }
   nlohmann::json j = {{"name", s.name},
                       {"runs", s.runs},

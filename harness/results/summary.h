@@ -43,6 +43,7 @@ struct signature_group {
   std::uint64_t first_run_number = 0;  ///< its run number
   std::string first_stacks;        ///< its stack dump, relative to the output directory ("" when none)
   std::vector<std::string> first_frames;  ///< its top frames (run_record::frames)
+  std::vector<nccl_rank_record> first_ranks;  ///< its ranks, for a distributed run (run_record::ranks)
 };
 
 /// One CUDA API called after the runtime's teardown, over a variant's runs.

@@ -222,6 +222,9 @@ struct classification {
   /// frame of the first thread (in stacks.txt order) blocked in the program's code, else of the
   /// leader's main thread. Empty when no stack was read, and for other outcomes.
   std::vector<std::string> top_frames;
+  /// A distributed run's ranks, judged (nccl_ranks.h): set by the runner when some process left
+  /// an nccl.PID; a hang's signature is then theirs (results/ranks.h: ranks_hang_signature).
+  std::vector<nccl_rank_record> ranks;
 };
 
 /// How many frames classification::top_frames keeps.

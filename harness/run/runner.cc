@@ -22,6 +22,8 @@
 #include "faults/preload/phase_table.h"
 #include "faults/preload/protocol.h"
 #include "harness/detail/sys.h"
+#include "harness/results/ranks.h"
+#include "harness/run/nccl_ranks.h"
 #include "harness/run/phases.h"
 #include "harness/run/process.h"
 #include "harness/run/process_tree.h"
@@ -210,6 +212,7 @@ struct run_context {
   fs::path run_cwd;                      // where the program runs
   fs::path crash_stacks;                 // the crash's stacks, once captured
   std::set<std::string> shm_before;      // /dev/shm's faultline entries before the run
+  std::vector<pid_t> alive_at_deadline;  // a hang's live processes, before they were killed
 };
 
 run_report& spawn_failed(run_report& rep, std::string message) {
@@ -329,6 +332,9 @@ void end_unfinished_run(run_context& run, child& leader, process_tree& tree) {
   run_evidence& ev = run.rep.evidence;
   ev.timed_out = !run.rep.interrupted;
   tree.refresh();
+  // Which ranks were alive when the hang was declared (nccl_ranks.h): noted before the kill.
+  if (ev.timed_out)
+    for (const auto& p : tree.alive()) run.alive_at_deadline.push_back(p.pid);
   if (ev.timed_out && run.rq.stacks.method != stack_method::none) {
     auto procs = tree.alive();
     ev.stacks_path = run.rq.run_dir / stacks_file;
@@ -388,6 +394,33 @@ void collect_leaked_shm(const std::set<std::string>& before, run_evidence& ev) {
     std::error_code ec;
     fs::remove(fs::path("/dev/shm") / name, ec);  // the next run must not inherit it
   }
+}
+
+// A distributed run's ranks, from the nccl.PID files its processes left (none: nothing is
+// added, the run's record stays as it was). A hang is then named by its ranks: which ones kept
+// the collective from completing says more than where every rank's threads wait (all of them in
+// a stream synchronize), and it groups runs hung at the same collective.
+void judge_distributed_run(const run_context& run, const process_tree& tree, classification& verdict) {
+  const auto files = read_nccl_ranks(run.rq.run_dir);
+  if (files.empty()) return;
+  const run_evidence& ev = run.rep.evidence;
+  rank_fates fates;
+  fates.hang = ev.timed_out;
+  std::map<pid_t, pid_t> inside;  // the harness's pid -> the process's own
+  for (const auto& [host, own] : tree.namespace_pids()) {
+    inside[host] = own;
+    fates.host_pid[own] = host;
+  }
+  auto own_pid = [&](pid_t host) {
+    auto it = inside.find(host);
+    return it != inside.end() ? it->second : host;
+  };
+  for (pid_t p : run.alive_at_deadline) fates.alive.insert(own_pid(p));
+  if (ev.wait_status) fates.wait_status[own_pid(ev.leader)] = *ev.wait_status;
+  add_crashed_ranks(run.rq.run_dir, fates);
+  verdict.ranks = judge_ranks(files, fates);
+  if (verdict.result != outcome::hang) return;
+  if (auto named = ranks_hang_signature(verdict.ranks); !named.empty()) verdict.signature = std::move(named);
 }
 
 // The run's tree is gone: its output is finished and, unless the caller keeps the log of a
@@ -452,6 +485,7 @@ run_report run_once(const run_request& rq) {
 
   if (rq.check_shm) collect_leaked_shm(run.shm_before, ev);
   rep.verdict = classify(ev);
+  judge_distributed_run(run, tree, rep.verdict);
   if (rq.keep_log) {
     if (rq.keep_log(rep)) run.output->commit();
     else run.output->discard();

@@ -144,4 +144,29 @@ std::vector<harness::run_record> operator+(std::vector<harness::run_record> a, c
   return a;
 }
 
+std::vector<harness::run_record> distributed_hang(const std::string& name, std::uint64_t count) {
+  auto out = runs(name, count, 1, harness::outcome::hang,
+                  "hang: rank 1 outside ncclAllReduce #3 (stopped by nccl/ncclAllReduce), rank 0 waiting in it");
+  harness::nccl_rank_record waiting;
+  waiting.rank = 0;
+  waiting.nranks = 2;
+  waiting.pid = 4100;
+  waiting.state = harness::rank_state::in_collective;
+  waiting.collectives = 3;
+  waiting.last_collective = waiting.in_call = "ncclAllReduce";
+  harness::nccl_rank_record stopped = waiting;
+  stopped.rank = 1;
+  stopped.pid = 4101;
+  stopped.state = harness::rank_state::outside;
+  stopped.collectives = 2;
+  stopped.in_call.clear();
+  stopped.fault = "stopped";
+  stopped.fault_api = "ncclAllReduce";
+  stopped.fault_call = 3;
+  stopped.signal = 19;  // SIGSTOP
+  out[0].ranks = {waiting, stopped};
+  out[0].stacks = "runs/" + out[0].run_id + "/stacks.txt";
+  return out;
+}
+
 }  // namespace faultline::reports::testing

@@ -59,6 +59,11 @@ void write_manifest(const std::filesystem::path& dir, const std::string& shard, 
 std::vector<std::filesystem::path> campaign_set(const std::filesystem::path& dir, std::uint64_t runs,
                                                 std::uint64_t campaigns = 4);
 
+/// `count` runs of `name` whose first hangs as a distributed run does: rank 1 stopped by a point
+/// before its third all-reduce (pid 4101), rank 0 waiting in it (pid 4100), with that signature
+/// ("hang: rank 1 outside ncclAllReduce #3 (stopped by nccl/ncclAllReduce), rank 0 waiting in it").
+std::vector<harness::run_record> distributed_hang(const std::string& name, std::uint64_t count);
+
 /// A file's content.
 std::string read_text(const std::filesystem::path& file);
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "faults/cuda_errors.h"
+#include "faults/nccl_names.h"
 #include "faults/families.h"
 
 namespace faultline::agent::detail {
@@ -36,6 +37,13 @@ const char* find(span s, const char* needle) noexcept {
   for (const char* p = s.b; p + n <= s.e; ++p)
     if (std::memcmp(p, needle, n) == 0) return p;
   return s.e;
+}
+
+// The '=' that ends an item's name (faults::item_name_end: the '=' of an @rank= filter is the
+// filter's), or s.e.
+const char* name_end(span s) noexcept {
+  const std::size_t at = faults::item_name_end(std::string_view(s.b, s.size()));
+  return at == std::string_view::npos ? s.e : s.b + at;
 }
 
 bool parse_u64(span s, std::uint64_t& out) noexcept {
@@ -94,8 +102,8 @@ bool parse_duration(span s, std::uint64_t& ns) noexcept {
   return true;
 }
 
-// fail's code: a positive number, a CUDA driver error name (cuda/ points) or an errno name
-// (spawn/parent).
+// fail's code: a positive number, a CUDA driver error name (cuda/ points), an ncclResult_t name
+// (nccl/ points) or an errno name (spawn/parent).
 bool parse_code(span s, int& code) noexcept {
   s = trim(s);
   if (!s.empty() && *s.b >= '0' && *s.b <= '9') {
@@ -106,6 +114,8 @@ bool parse_code(span s, int& code) noexcept {
   }
   code = faults::cuda_error_from_name(s.b, s.size());
   if (code != 0) return true;
+  code = faults::nccl_result_value(std::string_view(s.b, s.size()));  // nccl/ points
+  if (code > 0) return true;
   for (int e = 1; e < 4096; ++e) {  // an errno name (spawn/parent's fail)
     const char* name = ::strerrorname_np(e);
     if (name != nullptr && equals(s, name)) {
@@ -234,7 +244,7 @@ bool family_takes(span pattern, const point_term& t) noexcept {
 
 bool item_understood(const char* item, std::size_t length) noexcept {
   const span all = trim({item, item + length});
-  const char* eq = find(all, "=");
+  const char* eq = name_end(all);
   if (eq == all.e) return false;
   const span pattern = trim({all.b, eq});
   if (pattern.empty() || pattern.size() > max_pattern_chars) return false;
@@ -262,7 +272,7 @@ void plan_point(const char* spec, const char* point, point_plan& plan, const cha
     const span item = trim({at, end});
     at = end + 1;
     if (item.empty()) continue;
-    const char* eq = find(item, "=");
+    const char* eq = name_end(item);
     if (eq == item.e) continue;
     const span pattern = trim({item.b, eq});
     const std::size_t rank = match_rank(pattern, point, programs);

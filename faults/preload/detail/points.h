@@ -10,6 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
+
+#include "faults/families.h"
 
 namespace faultline::agent::detail {
 
@@ -64,8 +67,8 @@ void for_each_item(const char* spec, F&& fn) noexcept {
     while (*at == ' ' || *at == '\t' || *at == ';') ++at;
     const char* end = at;
     while (*end != '\0' && *end != ';') ++end;
-    const char* eq = at;
-    while (eq < end && *eq != '=') ++eq;
+    const std::size_t name = faults::item_name_end(std::string_view(at, static_cast<std::size_t>(end - at)));
+    const char* eq = name == std::string_view::npos ? end : at + name;
     if (eq < end) {
       std::size_t n = static_cast<std::size_t>(eq - at);
       while (n > 0 && (at[n - 1] == ' ' || at[n - 1] == '\t')) --n;

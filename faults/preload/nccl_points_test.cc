@@ -1,0 +1,251 @@
+// The nccl/ points of the preloaded agent (nccl_points.h) and the rank state they keep
+// (nccl_state.h), on a real two-rank NCCL program (testing/nccl_allreduce.cc) run against the
+// stand-in libnccl.so.2 (testing/fake_libnccl.cc): linked, and dlopen()ed.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "faults/preload/nccl_state.h"
+#include "faults/preload/testing/preload_run.h"
+
+namespace faultline::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using testing::finished;
+
+const std::string program = FAULTLINE_NCCL_PROGRAM;
+const std::string program_dlopen = FAULTLINE_NCCL_PROGRAM_DLOPEN;
+const std::string fake_dir = FAULTLINE_FAKE_LIBNCCL_DIR;
+const std::string cli = FAULTLINE_CLI;
+
+std::uint32_t id(nccl_api a) { return static_cast<std::uint32_t>(a); }
+
+class nccl_points : public ::testing::Test {
+ protected:
+  std::vector<std::string> env(std::uint64_t seed = 1) const {
+    return {"LD_LIBRARY_PATH=" + fake_dir, "FAULTLINE_SEED=" + std::to_string(seed)};
+  }
+
+  finished run(const std::string& spec, const std::string& which = program, std::uint64_t seed = 1) {
+    return runner_.run(spec, {which, "--nranks", "2", "--iters", "5", "--count", "64"}, env(seed));
+  }
+
+  // Every nccl.PID of the run directory, by rank.
+  std::map<int, nccl_rank_state> states() const {
+    std::map<int, nccl_rank_state> out;
+    for (const auto& e : fs::directory_iterator(runner_.dir())) {
+      if (e.path().filename().string().rfind(nccl_file_prefix, 0) != 0) continue;
+      nccl_rank_state s{};
+      std::ifstream in(e.path(), std::ios::binary);
+      in.read(reinterpret_cast<char*>(&s), sizeof s);
+      EXPECT_EQ(in.gcount(), static_cast<std::streamsize>(sizeof s)) << e.path();
+      EXPECT_TRUE(nccl_state_valid(s)) << e.path();
+      EXPECT_EQ(e.path().filename().string(), nccl_file_prefix + std::to_string(s.pid));
+      out[s.rank] = s;
+    }
+    return out;
+  }
+
+  testing::preload_runner runner_{FAULTLINE_AGENT_PRELOAD};
+};
+
+TEST_F(nccl_points, without_an_item_every_rank_keeps_its_state_and_the_program_passes) {
+  const finished f = run("");
+  ASSERT_TRUE(testing::exited_0(f)) << f.err;
+  EXPECT_EQ(testing::count(f.out, "5 allreduces of 64 floats OK"), 2u) << f.out;
+  const auto s = states();
+  ASSERT_EQ(s.size(), 2u);
+  for (int rank : {0, 1}) {
+    const nccl_rank_state& r = s.at(rank);
+    EXPECT_EQ(r.nranks, 2);
+    EXPECT_EQ(r.local_rank, rank);
+    EXPECT_EQ(r.comms, 1u);
+    EXPECT_EQ(r.collectives, 5u);
+    EXPECT_EQ(r.last_collective, id(nccl_api::all_reduce));
+    EXPECT_EQ(r.in_call, 0u);
+    EXPECT_EQ(r.calls[id(nccl_api::all_reduce)], 5u);
+    EXPECT_EQ(r.calls[id(nccl_api::comm_init_rank)], 1u);
+    EXPECT_EQ(r.calls[id(nccl_api::comm_destroy)], 1u);
+    EXPECT_EQ(r.fault_action, static_cast<std::uint32_t>(nccl_fault_action::none));
+  }
+}
+
+TEST_F(nccl_points, a_failed_init_on_rank_0_takes_the_programs_own_error_path) {
+  const finished f = run("nccl/ncclCommInitRank@rank=0=fail(ncclSystemError)");
+  ASSERT_TRUE(WIFEXITED(f.status)) << f.err;
+  EXPECT_EQ(WEXITSTATUS(f.status), 1);
+  EXPECT_NE(f.err.find("rank 0: ncclCommInitRank failed: unhandled system error"), std::string::npos) << f.err;
+  const auto s = states();
+  ASSERT_EQ(s.count(0), 1u);
+  EXPECT_EQ(s.at(0).fault_action, static_cast<std::uint32_t>(nccl_fault_action::failed));
+  EXPECT_EQ(s.at(0).fault_api, id(nccl_api::comm_init_rank));
+  EXPECT_EQ(s.at(0).fault_result, 2);
+  EXPECT_EQ(s.at(0).comms, 0u);
+  if (s.count(1) != 0) {
+    EXPECT_EQ(s.at(1).fault_action, static_cast<std::uint32_t>(nccl_fault_action::none));
+  }
+  const std::vector<std::string> reached = runner_.all_reached();
+  EXPECT_NE(std::find(reached.begin(), reached.end(), "nccl/ncclCommInitRank@rank=0"), reached.end());
+}
+
+TEST_F(nccl_points, a_rank_killed_before_its_fifth_allreduce_is_recorded_before_it_dies) {
+  const finished f = run("nccl/ncclAllReduce@rank=1=4*off->kill");
+  ASSERT_TRUE(WIFEXITED(f.status));
+  EXPECT_EQ(WEXITSTATUS(f.status), 1);
+  EXPECT_NE(f.err.find("rank 1 (pid"), std::string::npos) << f.err;
+  EXPECT_NE(f.err.find("killed by signal 9"), std::string::npos) << f.err;
+  const auto s = states();
+  ASSERT_EQ(s.size(), 2u);
+  const nccl_rank_state& killed = s.at(1);
+  EXPECT_EQ(killed.fault_action, static_cast<std::uint32_t>(nccl_fault_action::killed));
+  EXPECT_EQ(killed.fault_signal, SIGKILL);
+  EXPECT_EQ(killed.fault_api, id(nccl_api::all_reduce));
+  EXPECT_EQ(killed.fault_call, 5u);
+  EXPECT_EQ(killed.collectives, 4u);
+  EXPECT_EQ(s.at(0).fault_action, static_cast<std::uint32_t>(nccl_fault_action::none));
+}
+
+// The hang the points exist for: rank 1 stops before its third allreduce; rank 0 is left inside
+// its third, for ever.
+TEST_F(nccl_points, a_rank_stopped_before_its_third_allreduce_leaves_the_other_inside_it) {
+  finished f = runner_.start("nccl/ncclAllReduce@rank=1=2*off->stop",
+                             {program, "--nranks", "2", "--iters", "5", "--count", "64"}, env());
+  ASSERT_GT(f.pid, 0);
+  std::map<int, nccl_rank_state> s;
+  for (auto until = std::chrono::steady_clock::now() + 20s; std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(50ms);
+    s = states();
+    if (s.size() == 2 && s[1].fault_action != 0 && s[0].in_call != 0) break;
+  }
+  for (const auto& [rank, r] : s) ::kill(r.pid, SIGKILL);
+  ::kill(f.pid, SIGKILL);
+  ::waitpid(f.pid, &f.status, 0);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[1].fault_action, static_cast<std::uint32_t>(nccl_fault_action::stopped));
+  EXPECT_EQ(s[1].fault_signal, SIGSTOP);
+  EXPECT_EQ(s[1].fault_call, 3u);
+  EXPECT_EQ(s[1].collectives, 2u);
+  EXPECT_EQ(s[1].in_call, 0u);
+  EXPECT_EQ(s[0].collectives, 3u);
+  EXPECT_EQ(s[0].in_call, id(nccl_api::all_reduce));
+  EXPECT_EQ(s[0].fault_action, 0u);
+}
+
+TEST_F(nccl_points, a_program_that_dlopens_libnccl_is_reached_through_dlsym) {
+  const finished f = run("nccl/ncclAllReduce@rank=1=2*off->fail(ncclInternalError)", program_dlopen);
+  ASSERT_TRUE(WIFEXITED(f.status));
+  EXPECT_EQ(WEXITSTATUS(f.status), 1);
+  EXPECT_NE(f.err.find("rank 1: ncclAllReduce failed: internal error"), std::string::npos) << f.err;
+  const auto s = states();
+  ASSERT_EQ(s.count(1), 1u);
+  EXPECT_EQ(s.at(1).fault_call, 3u);
+  EXPECT_EQ(s.at(1).fault_result, 3);
+  EXPECT_EQ(s.at(1).collectives, 2u);
+
+  const finished clean = run("", program_dlopen);
+  EXPECT_TRUE(testing::exited_0(clean)) << clean.err;
+}
+
+TEST_F(nccl_points, without_a_rank_filter_an_item_acts_in_every_rank) {
+  const finished f = run("nccl/ncclAllReduce=2*off->1*delay(1ms)");
+  ASSERT_TRUE(testing::exited_0(f)) << f.err;
+  const auto s = states();
+  ASSERT_EQ(s.size(), 2u);
+  for (const auto& [rank, r] : s) {
+    EXPECT_EQ(r.fault_action, static_cast<std::uint32_t>(nccl_fault_action::delayed)) << "rank " << rank;
+    EXPECT_EQ(r.fault_call, 3u) << "rank " << rank;
+  }
+}
+
+// A probability draws from the run's seed: the same seed fails the same calls.
+TEST_F(nccl_points, a_probability_draws_from_the_seed) {
+  auto fault_calls = [&](std::uint64_t seed) {
+    (void)run("nccl/ncclAllReduce@rank=0=40%fail(ncclRemoteError)", program, seed);
+    const auto s = states();
+    const std::uint32_t call = s.count(0) != 0 ? s.at(0).fault_call : 0;
+    for (const auto& e : fs::directory_iterator(runner_.dir())) {
+      if (e.path().filename().string().rfind(nccl_file_prefix, 0) == 0) fs::remove(e.path());
+    }
+    return call;
+  };
+  std::vector<std::uint32_t> first, second;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) first.push_back(fault_calls(seed));
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) second.push_back(fault_calls(seed));
+  EXPECT_EQ(first, second);
+  EXPECT_NE(std::count(first.begin(), first.end(), first.front()), 6) << "every seed drew alike";
+}
+
+// Through `faultline exec`: the runner reads the ranks' states into the run's verdict.
+std::string exec_campaign(const std::string& spec, const std::string& timeout, const std::string& out_dir) {
+  const std::string command = cli + " exec -n 1 --timeout " + timeout + " --replace -o " + out_dir +
+                              " --env LD_LIBRARY_PATH=" + fake_dir + " --faults '" + spec + "' -- " + program +
+                              " --iters 5 --count 64 2>&1";
+  FILE* p = ::popen(command.c_str(), "r");
+  std::string text;
+  char buffer[512];
+  while (p != nullptr && std::fgets(buffer, sizeof buffer, p) != nullptr) text += buffer;
+  if (p != nullptr) ::pclose(p);
+  return text;
+}
+
+TEST(nccl_points_exec, a_stopped_rank_makes_a_hang_that_names_it) {
+  const std::string out_dir = ::testing::TempDir() + "/fl-nccl-exec-stop";
+  const std::string text = exec_campaign("nccl/ncclAllReduce@rank=1=2*off->stop", "3s", out_dir);
+  EXPECT_NE(text.find("hang: rank 1 outside ncclAllReduce #3 (stopped by nccl/ncclAllReduce), rank 0 waiting in it"),
+            std::string::npos) << text;
+  const std::string results = testing::slurp(out_dir + "/results.jsonl");
+  EXPECT_NE(results.find("\"outcome\":\"hang\""), std::string::npos) << results;
+  EXPECT_NE(results.find("\"state\":\"in-collective\""), std::string::npos) << results;
+  EXPECT_NE(results.find("\"state\":\"outside\""), std::string::npos) << results;
+  fs::remove_all(out_dir);
+}
+
+TEST(nccl_points_exec, a_killed_rank_is_named_with_its_signal_and_the_other_where_it_was) {
+  const std::string out_dir = ::testing::TempDir() + "/fl-nccl-exec-kill";
+  const std::string text = exec_campaign("nccl/ncclAllReduce@rank=1=4*off->kill", "20s", out_dir);
+  EXPECT_NE(text.find("1 dead (SIGKILL at nccl/ncclAllReduce #5)"), std::string::npos) << text;
+  EXPECT_NE(text.find("0 dead (gone inside ncclAllReduce #5)"), std::string::npos) << text;
+  fs::remove_all(out_dir);
+}
+
+// The command refuses what the agent could not do, before anything runs.
+TEST(nccl_points_cli, bad_items_are_refused_before_run_1) {
+  struct refused {
+    const char* spec;
+    const char* says;
+  };
+  for (const refused& r : {refused{"nccl/ncclAllReduc=stop", "did you mean nccl/ncclAllReduce"},
+                           refused{"nccl/ncclAllReduce@rank=x=stop", "expected a rank number after '@rank='"},
+                           refused{"nccl/ncclAllReduce=fail(ncclBogus)", "ncclResult_t name"},
+                           refused{"nccl/ncclAllReduce@python3=stop", "nccl/ (@rank=N)"},
+                           refused{"process/start@rank=1=stop", "nccl/ (@rank=N)"},
+                           refused{"nccl/ncclAllReduce=teardown(0)", "not teardown"}}) {
+    const std::string out_dir = ::testing::TempDir() + "/fl-nccl-cli";
+    const std::string command = cli + " exec --faults '" + r.spec + "' --out " + out_dir + " -- true 2>&1";
+    FILE* p = ::popen(command.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string text;
+    char buffer[512];
+    while (std::fgets(buffer, sizeof buffer, p) != nullptr) text += buffer;
+    const int status = ::pclose(p);
+    EXPECT_EQ(WEXITSTATUS(status), 2) << r.spec << ": " << text;
+    EXPECT_NE(text.find(r.says), std::string::npos) << r.spec << ": " << text;
+    EXPECT_FALSE(fs::exists(out_dir + "/results.jsonl")) << r.spec;
+  }
+}
+
+}  // namespace
+}  // namespace faultline::agent

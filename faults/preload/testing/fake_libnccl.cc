@@ -1,0 +1,295 @@
+// A stand-in libnccl.so.2 for machines without GPUs (as fake_libcuda.cc stands in for the
+// driver): the nccl/ points' tests run a real multi-process NCCL program against it on CI.
+//
+// It keeps NCCL's semantics where the tests look: ncclCommInitRank blocks until every rank has
+// joined; a collective blocks until every rank has reached the same collective, so that a rank
+// that stops leaves the others waiting inside their call for ever, as real NCCL leaves them
+// waiting on the stream; the results are computed for real (over host memory). The ranks meet in
+// a POSIX shared memory segment named by the unique id, with process-shared futexes; the last
+// rank to destroy its communicator unlinks it. Nothing here comes from NCCL's code.
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <new>
+
+#include "faults/preload/nccl_api.h"
+
+namespace {
+
+constexpr int max_ranks = 8;
+constexpr std::size_t slot_bytes = 1 << 20;     // each rank's part of a collective
+constexpr std::size_t mailbox_bytes = 1 << 16;  // one send/recv pair's message
+
+struct mailbox {
+  std::atomic<std::uint32_t> full;  // futex: 0 empty, 1 holds `bytes`
+  std::uint32_t bytes;
+  unsigned char data[mailbox_bytes];
+};
+
+// The segment the ranks share. Zero-filled when created: every field starts valid at zero.
+struct shared {
+  std::atomic<std::uint32_t> arrived;      // ranks at the barrier
+  std::atomic<std::uint32_t> generation;   // futex: bumped by the last rank to arrive
+  std::atomic<std::uint32_t> destroyed;    // ranks whose communicator is gone
+  mailbox boxes[max_ranks][max_ranks];     // [from][to]
+  unsigned char slots[max_ranks][slot_bytes];
+};
+
+}  // namespace
+
+struct ncclComm {
+  shared* s;
+  int nranks;
+  int rank;
+  char name[NCCL_UNIQUE_ID_BYTES];
+};
+
+namespace {
+
+long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value) {
+  return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, nullptr, nullptr, 0);
+}
+
+// Every rank of the communicator arrives before any leaves: no timeout, as NCCL has none.
+void barrier(ncclComm* c) {
+  shared* s = c->s;
+  const std::uint32_t gen = s->generation.load(std::memory_order_acquire);
+  if (s->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<std::uint32_t>(c->nranks)) {
+    s->arrived.store(0, std::memory_order_relaxed);
+    s->generation.fetch_add(1, std::memory_order_release);
+    futex(&s->generation, FUTEX_WAKE, INT32_MAX);
+    return;
+  }
+  while (s->generation.load(std::memory_order_acquire) == gen) futex(&s->generation, FUTEX_WAIT, gen);
+}
+
+std::size_t type_bytes(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+  }
+  return 0;
+}
+
+template <class T>
+void combine(T* acc, const T* in, std::size_t n, ncclRedOp_t op) {
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (op) {
+      case ncclSum: case ncclAvg: acc[i] = static_cast<T>(acc[i] + in[i]); break;
+      case ncclProd: acc[i] = static_cast<T>(acc[i] * in[i]); break;
+      case ncclMax: acc[i] = acc[i] < in[i] ? in[i] : acc[i]; break;
+      case ncclMin: acc[i] = in[i] < acc[i] ? in[i] : acc[i]; break;
+    }
+  }
+}
+
+template <class T>
+void reduce_slots(ncclComm* c, void* out, std::size_t offset, std::size_t n, ncclRedOp_t op) {
+  T* acc = static_cast<T*>(out);
+  std::memcpy(acc, c->s->slots[0] + offset * sizeof(T), n * sizeof(T));
+  for (int r = 1; r < c->nranks; ++r) combine(acc, reinterpret_cast<const T*>(c->s->slots[r] + offset * sizeof(T)), n, op);
+  if (op == ncclAvg) {
+    for (std::size_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] / c->nranks);
+  }
+}
+
+// out[0..n) = op over the ranks' slots, elements [offset, offset + n). Half types are not reduced.
+bool reduce_into(ncclComm* c, void* out, std::size_t offset, std::size_t n, ncclDataType_t t, ncclRedOp_t op) {
+  switch (t) {
+    case ncclInt8: reduce_slots<std::int8_t>(c, out, offset, n, op); return true;
+    case ncclUint8: reduce_slots<std::uint8_t>(c, out, offset, n, op); return true;
+    case ncclInt32: reduce_slots<std::int32_t>(c, out, offset, n, op); return true;
+    case ncclUint32: reduce_slots<std::uint32_t>(c, out, offset, n, op); return true;
+    case ncclInt64: reduce_slots<std::int64_t>(c, out, offset, n, op); return true;
+    case ncclUint64: reduce_slots<std::uint64_t>(c, out, offset, n, op); return true;
+    case ncclFloat32: reduce_slots<float>(c, out, offset, n, op); return true;
+    case ncclFloat64: reduce_slots<double>(c, out, offset, n, op); return true;
+    default: return false;
+  }
+}
+
+// One collective: every rank puts `bytes` of `send` in its slot, meets the others, runs `read`
+// over the slots, and meets them again before a later collective may overwrite a slot.
+template <class F>
+ncclResult_t collective(ncclComm* c, const void* send, std::size_t bytes, F&& read) {
+  if (c == nullptr || c->s == nullptr) return ncclInvalidArgument;
+  if (bytes > slot_bytes) return ncclInvalidArgument;
+  if (send != nullptr && bytes > 0) std::memcpy(c->s->slots[c->rank], send, bytes);
+  barrier(c);
+  const bool ok = read();
+  barrier(c);
+  return ok ? ncclSuccess : ncclInvalidArgument;
+}
+
+}  // namespace
+
+#define FAKE_NCCL extern "C" [[gnu::visibility("default")]]
+
+FAKE_NCCL ncclResult_t ncclGetVersion(int* version) {
+  if (version == nullptr) return ncclInvalidArgument;
+  *version = 23203;
+  return ncclSuccess;
+}
+
+FAKE_NCCL ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  if (id == nullptr) return ncclInvalidArgument;
+  static std::atomic<unsigned> made{0};
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  std::memset(id, 0, sizeof *id);
+  std::snprintf(id->internal, sizeof id->internal, "/fl-fake-nccl-%d-%u-%ld", static_cast<int>(::getpid()),
+                made.fetch_add(1), static_cast<long>(now.tv_nsec));
+  return ncclSuccess;
+}
+
+FAKE_NCCL ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  if (comm == nullptr || nranks < 1 || nranks > max_ranks || rank < 0 || rank >= nranks || id.internal[0] != '/')
+    return ncclInvalidArgument;
+  id.internal[sizeof id.internal - 1] = '\0';
+  const int fd = ::shm_open(id.internal, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return ncclSystemError;
+  void* at = ::ftruncate(fd, sizeof(shared)) == 0
+                 ? ::mmap(nullptr, sizeof(shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                 : MAP_FAILED;
+  ::close(fd);
+  if (at == MAP_FAILED) return ncclSystemError;
+  auto* c = new (std::nothrow) ncclComm{static_cast<shared*>(at), nranks, rank, {}};
+  if (c == nullptr) return ncclSystemError;
+  std::snprintf(c->name, sizeof c->name, "%s", id.internal);
+  barrier(c);  // every rank joined
+  *comm = c;
+  return ncclSuccess;
+}
+
+FAKE_NCCL ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
+                                              ncclConfig_t*) {
+  return ncclCommInitRank(comm, nranks, id, rank);
+}
+
+namespace {
+ncclResult_t release(ncclComm_t comm) {
+  if (comm == nullptr) return ncclInvalidArgument;
+  if (comm->s->destroyed.fetch_add(1) + 1 == static_cast<std::uint32_t>(comm->nranks)) ::shm_unlink(comm->name);
+  ::munmap(comm->s, sizeof(shared));
+  delete comm;
+  return ncclSuccess;
+}
+}  // namespace
+
+FAKE_NCCL ncclResult_t ncclCommFinalize(ncclComm_t comm) { return comm == nullptr ? ncclInvalidArgument : ncclSuccess; }
+FAKE_NCCL ncclResult_t ncclCommDestroy(ncclComm_t comm) { return release(comm); }
+FAKE_NCCL ncclResult_t ncclCommAbort(ncclComm_t comm) { return release(comm); }
+
+FAKE_NCCL ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
+  if (comm == nullptr || error == nullptr) return ncclInvalidArgument;
+  *error = ncclSuccess;
+  return ncclSuccess;
+}
+FAKE_NCCL ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  if (comm == nullptr || count == nullptr) return ncclInvalidArgument;
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+FAKE_NCCL ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (comm == nullptr || rank == nullptr) return ncclInvalidArgument;
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+
+FAKE_NCCL const char* ncclGetErrorString(ncclResult_t r) {
+  switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    case ncclTimeout: return "operation timed out";
+  }
+  return "unknown result code";
+}
+
+FAKE_NCCL ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                                     ncclComm_t comm, nccl_stream_t) {
+  const std::size_t bytes = count * type_bytes(type);
+  return collective(comm, send, bytes, [&] { return reduce_into(comm, recv, 0, count, type, op); });
+}
+
+FAKE_NCCL ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                                  int root, ncclComm_t comm, nccl_stream_t) {
+  const std::size_t bytes = count * type_bytes(type);
+  return collective(comm, send, bytes, [&] { return comm->rank != root || reduce_into(comm, recv, 0, count, type, op); });
+}
+
+FAKE_NCCL ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t type,
+                                         ncclRedOp_t op, ncclComm_t comm, nccl_stream_t) {
+  if (comm == nullptr) return ncclInvalidArgument;
+  const std::size_t bytes = count * type_bytes(type) * static_cast<std::size_t>(comm->nranks);
+  return collective(comm, send, bytes, [&] {
+    return reduce_into(comm, recv, count * static_cast<std::size_t>(comm->rank), count, type, op);
+  });
+}
+
+FAKE_NCCL ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm,
+                                     nccl_stream_t) {
+  const std::size_t bytes = count * type_bytes(type);
+  return collective(comm, send, bytes, [&] {
+    for (int r = 0; r < comm->nranks; ++r) std::memcpy(static_cast<char*>(recv) + bytes * r, comm->s->slots[r], bytes);
+    return true;
+  });
+}
+
+FAKE_NCCL ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root,
+                                     ncclComm_t comm, nccl_stream_t) {
+  if (comm == nullptr || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
+  const std::size_t bytes = count * type_bytes(type);
+  return collective(comm, comm->rank == root ? send : nullptr, bytes, [&] {
+    std::memmove(recv, comm->s->slots[root], bytes);
+    return true;
+  });
+}
+
+// Point to point: one message at a time from each rank to each other, through its mailbox.
+FAKE_NCCL ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                                nccl_stream_t) {
+  const std::size_t bytes = count * type_bytes(type);
+  if (comm == nullptr || peer < 0 || peer >= comm->nranks || bytes > mailbox_bytes) return ncclInvalidArgument;
+  mailbox& box = comm->s->boxes[comm->rank][peer];
+  while (box.full.load(std::memory_order_acquire) != 0) futex(&box.full, FUTEX_WAIT, 1);
+  std::memcpy(box.data, send, bytes);
+  box.bytes = static_cast<std::uint32_t>(bytes);
+  box.full.store(1, std::memory_order_release);
+  futex(&box.full, FUTEX_WAKE, INT32_MAX);
+  return ncclSuccess;
+}
+
+FAKE_NCCL ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                                nccl_stream_t) {
+  const std::size_t bytes = count * type_bytes(type);
+  if (comm == nullptr || peer < 0 || peer >= comm->nranks || bytes > mailbox_bytes) return ncclInvalidArgument;
+  mailbox& box = comm->s->boxes[peer][comm->rank];
+  while (box.full.load(std::memory_order_acquire) == 0) futex(&box.full, FUTEX_WAIT, 0);
+  std::memcpy(recv, box.data, bytes < box.bytes ? bytes : box.bytes);
+  box.full.store(0, std::memory_order_release);
+  futex(&box.full, FUTEX_WAKE, INT32_MAX);
+  return ncclSuccess;
+}
+
+// Calls are synchronous here: a group only brackets them.
+FAKE_NCCL ncclResult_t ncclGroupStart() { return ncclSuccess; }
+FAKE_NCCL ncclResult_t ncclGroupEnd() { return ncclSuccess; }
+
+// For nccl_points_bench: ncclGroupStart under a name the agent never stands before (the baseline).
+FAKE_NCCL ncclResult_t fake_raw_ncclGroupStart() { return ncclSuccess; }
