@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with two GPUs: the nccl/ points and the distributed verdict on the real NCCL, through
-# `faultline exec`, for the plain NCCL program (fl_nccl_allreduce, device memory; and its dlopen
-# build) and for torch.distributed launched by torchrun. DEST is what ci/gpu/carry.sh packed; each
+# `faultline exec`, for the plain NCCL program (fl_nccl_allreduce, device memory; its dlopen build;
+# and its build as a library loaded RTLD_LOCAL) and for torch.distributed launched by torchrun. DEST is what ci/gpu/carry.sh packed; each
 # case's campaign goes to OUT/<case>/, and OUT/table.md gets one line per case (its runs' outcomes
 # and the first run's ranks line).
 #   ci/gpu/nccl-run.sh DEST OUT [plain|torch|all]     (default all)
@@ -71,6 +71,8 @@ plain() {
   case_run plain-initfail "nccl/ncclCommInitRank@rank=0=fail(ncclSystemError)" "$repeat" 60s -- "$p" "${args[@]}"
   case_run plain-dlopen-stop "nccl/ncclAllReduce@rank=1=2*off->stop" "$repeat" "$hang" -- \
     "$dest/bin/fl_nccl_allreduce_dlopen" "${args[@]}"
+  case_run plain-local-stop "nccl/ncclAllReduce@rank=1=2*off->stop" "$repeat" "$hang" -- \
+    "$dest/bin/fl_nccl_allreduce_local" "${args[@]}"
 }
 
 torch_cases() {

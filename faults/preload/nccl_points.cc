@@ -12,6 +12,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <sys/mman.h>
 
@@ -203,12 +204,40 @@ void note_init(int nranks, int rank) noexcept {
   store(s.nranks, nranks);
 }
 
+// The path of the loaded libnccl (dl_iterate_phdr's callback): the first module named libnccl*.
+int find_libnccl(dl_phdr_info* info, std::size_t, void* out) noexcept {
+  const char* path = info->dlpi_name;
+  if (path == nullptr) return 0;
+  const char* base = std::strrchr(path, '/');
+  if (std::strncmp(base != nullptr ? base + 1 : path, "libnccl", 7) != 0) return 0;
+  auto* found = static_cast<detail::fixed_string<4096>*>(out);
+  found->str(path);
+  return 1;
+}
+
+// libnccl's own `name` where libnccl is not in the global scope: a dependency of a library that
+// was dlopen()ed RTLD_LOCAL, as libtorch_cuda.so is under Python. Its callers' PLT still binds to
+// the agent's function first (the preload is in the global scope), but RTLD_NEXT cannot see it:
+// it is asked by its own handle, whose lookup starts in libnccl itself.
+void* in_local_libnccl(const char* name) noexcept {
+  detail::fixed_string<4096> path;
+  if (::dl_iterate_phdr(&find_libnccl, &path) == 0 || path.overflowed()) return nullptr;
+  void* handle = ::dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return nullptr;
+  detail::dlsym_fn look = detail::glibc_dlsym();
+  void* f = look != nullptr ? look(handle, name) : nullptr;
+  ::dlclose(handle);  // NOLOAD took a reference: the library stays loaded
+  return f;
+}
+
 template <class F>
 F real(nccl_api api) noexcept {
   const auto id = static_cast<std::uint32_t>(api);
   void* f = real_fn[id].load(std::memory_order_acquire);
   if (f == nullptr) {
-    f = detail::next_symbol(agent::nccl_api_name(id).data());
+    const char* name = agent::nccl_api_name(id).data();
+    f = detail::next_symbol(name);
+    if (f == nullptr) f = in_local_libnccl(name);
     if (f != nullptr) real_fn[id].store(f, std::memory_order_release);
   }
   return reinterpret_cast<F>(f);

@@ -28,6 +28,7 @@ using testing::finished;
 
 const std::string program = FAULTLINE_NCCL_PROGRAM;
 const std::string program_dlopen = FAULTLINE_NCCL_PROGRAM_DLOPEN;
+const std::string program_local = FAULTLINE_NCCL_PROGRAM_LOCAL;
 const std::string fake_dir = FAULTLINE_FAKE_LIBNCCL_DIR;
 const std::string cli = FAULTLINE_CLI;
 
@@ -157,6 +158,19 @@ TEST_F(nccl_points, a_program_that_dlopens_libnccl_is_reached_through_dlsym) {
 
   const finished clean = run("", program_dlopen);
   EXPECT_TRUE(testing::exited_0(clean)) << clean.err;
+}
+
+// libnccl loaded as the dependency of a library dlopen()ed RTLD_LOCAL (libtorch_cuda.so under
+// Python): its callers still reach the agent, and the agent still finds libnccl's functions.
+TEST_F(nccl_points, a_libnccl_outside_the_global_scope_is_reached_and_found) {
+  const finished clean = run("", program_local);
+  ASSERT_TRUE(testing::exited_0(clean)) << clean.err;
+  auto s = states();
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s.at(1).collectives, 5u);
+  const finished f = run("nccl/ncclAllReduce@rank=1=2*off->fail(ncclInternalError)", program_local);
+  EXPECT_EQ(WEXITSTATUS(f.status), 1);
+  EXPECT_NE(f.err.find("rank 1: ncclAllReduce failed: internal error"), std::string::npos) << f.err;
 }
 
 TEST_F(nccl_points, without_a_rank_filter_an_item_acts_in_every_rank) {

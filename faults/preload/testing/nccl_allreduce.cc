@@ -3,7 +3,9 @@
 // ci/gpu/nccl-run.sh against the real one on GPUs (--memory device), unchanged: it is linked
 // against libnccl.so.2 by its soname, so LD_LIBRARY_PATH picks the library. Built a second time
 // as fl_nccl_allreduce_dlopen (FL_NCCL_DLOPEN): the library is then dlopen()ed and every function
-// taken from dlsym(handle, ...), as Python bindings and plugin loaders do.
+// taken from dlsym(handle, ...), as Python bindings and plugin loaders do; and a third time as a
+// library (FL_NCCL_PLUGIN, libfl_nccl_allreduce_plugin.so) that fl_nccl_allreduce_local dlopen()s
+// RTLD_LOCAL, so that libnccl is loaded outside the global scope, as under PyTorch.
 //
 //   fl_nccl_allreduce [--nranks N] [--iters N] [--count N] [--memory host|device]
 //
@@ -173,7 +175,13 @@ int run_rank(const options& o, int rank, int id_fd, const std::vector<int>& out_
 
 }  // namespace
 
+#if FL_NCCL_PLUGIN
+// Built as a library that a loader dlopen()s RTLD_LOCAL (nccl_allreduce_loader.cc), as Python
+// loads libtorch_cuda.so: libnccl.so.2 then comes in as its dependency, outside the global scope.
+extern "C" [[gnu::visibility("default")]] int fl_nccl_allreduce_main(int argc, char** argv) {
+#else
 int main(int argc, char** argv) {
+#endif
   options o;
   if (!parse(argc, argv, o)) {
     std::fprintf(stderr, "usage: %s [--nranks 1-8] [--iters N] [--count N] [--memory host|device]\n", argv[0]);
