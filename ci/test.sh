@@ -78,31 +78,50 @@ if ! wait "$asan_build"; then
 fi
 trap - EXIT
 step "ASan+UBSan build (what it took beyond the steps beside it)"
+
+# The fuzz and TSan builds compile beside the ASan+UBSan tests under SCHED_IDLE: they take only
+# the CPU those tests leave idle (mostly waiting on their children), and give it up the moment a
+# test's process wants it, which nice did not (a niced build beside CTest made verify's clean
+# variants miss their bounds). Their output goes to build-tsan/build.log.
+san_builds() {
+  cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFAULTLINE_FUZZ=ON \
+    -DFAULTLINE_SANITIZE=address,undefined -DFAULTLINE_TESTS=OFF "${san_flags[@]}" >/dev/null &&
+    cmake --build build-fuzz --target accounting_fuzz &&
+    cmake -S . -B build-tsan -G Ninja -DFAULTLINE_SANITIZE=thread "${san_flags[@]}" >/dev/null &&
+    cmake --build build-tsan --target accounting_test registry_test
+}
+mkdir -p build-tsan
+setsid chrt --idle 0 bash -c "$(declare -p san_flags); $(declare -f san_builds); san_builds" >build-tsan/build.log 2>&1 &
+san_build=$!
+trap 'kill -- -"$san_build" 2>/dev/null || true' EXIT
+
 (cd build-asan &&
   ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0 \
   ctest --output-on-failure --parallel "$(nproc)" --timeout 600 -LE no-sanitize)
-step "CTest under ASan+UBSan"
+step "CTest under ASan+UBSan (the fuzz and TSan builds beside it, SCHED_IDLE)"
 
-# The region validator under libFuzzer (clang, ASan+UBSan), for a bounded time: built, then run
-# on one core while the TSan build below takes the other.
-cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DFAULTLINE_FUZZ=ON \
-  -DFAULTLINE_SANITIZE=address,undefined -DFAULTLINE_TESTS=OFF "${san_flags[@]}" >/dev/null
-cmake --build build-fuzz --target accounting_fuzz
+if ! wait "$san_build"; then
+  tail -n 60 build-tsan/build.log >&2
+  echo "ci/test.sh: the fuzz or TSan build failed (build-tsan/build.log)" >&2
+  exit 1
+fi
+trap - EXIT
+step "fuzz and TSan builds (what they took beyond the ASan+UBSan tests)"
+
+# The region validator under libFuzzer (clang, ASan+UBSan), for a bounded time, on one core while
+# the TSan tests take the other.
 mkdir -p build-fuzz/corpus
 build-fuzz/bin/accounting_fuzz -max_total_time=30 -timeout=10 -print_final_stats=1 build-fuzz/corpus \
   >build-fuzz/fuzz.log 2>&1 &
 fuzz_run=$!
 trap 'kill "$fuzz_run" 2>/dev/null || true' EXIT
-step "fuzz: build"
 
 # ThreadSanitizer over the shared accounting (lock, seqlock, slots: threads writing and reading
 # one region) and the registry (workers, drains, concurrent unregisters); only those test
 # binaries are built.
-cmake -S . -B build-tsan -G Ninja -DFAULTLINE_SANITIZE=thread "${san_flags[@]}" >/dev/null
-cmake --build build-tsan --target accounting_test registry_test
 TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/accounting_test --gtest_brief=1
 TSAN_OPTIONS="suppressions=$PWD/ci/tsan.supp halt_on_error=1" build-tsan/bin/registry_test --gtest_brief=1
-step "TSan: build and run (the fuzzer beside them)"
+step "TSan: run (the fuzzer beside it)"
 
 fuzz_status=0
 wait "$fuzz_run" || fuzz_status=$?
