@@ -5,7 +5,7 @@ Runs timing-sensitive programs bare (as a user's shell or CI runner would) and u
 `faultline exec`, interleaved round by round in a shuffled order so that every mode sees the same
 machine, at equal parallelism (--jobs J runs J bare copies at once against `faultline exec --jobs
 J`), and prints each mode's failure rate with its 95% Wilson interval, and whether each harness
-mode's rate lies inside the reference's interval.
+mode's failure count differs from the reference's (Fisher's exact test, two-sided, with its p-value).
 
 Where a program's output goes changes how often an exit race crashes (a program that writes at
 exit keeps its other threads running for as long as the write takes: an H100 exit race crashed in
@@ -26,9 +26,12 @@ Modes (--modes, comma-separated; default bare-pipe,bare-null,bare-file,default,a
   no-cores    faultline exec --crash-capture none (no core dumps)
   keeper      faultline exec with a keeper process per run (FAULTLINE_KEEPER=clone), as every run
               had before the cgroup watchdog
-Each harness mode but amplified is faithful when its rate lies inside the reference's interval;
-the exit status is 1 when one is not. The other bare modes are shown against the reference in
-parentheses, for information: they say how much the destination alone moves the rate here.
+Each harness mode but amplified is faithful unless its failure count differs from the
+reference's by Fisher's exact test (two-sided, p < 0.05; the p-value is printed): two rates that
+are alike are not called different because one falls just outside the other's interval (2/1200
+against 5/1200 is p = 0.45). The exit status is 1 when a mode is not faithful. The other bare
+modes are shown against the reference in parentheses, for information: they say how much the
+destination alone moves the rate here.
 
   ci/fidelity.py --build build --runs 300 --jobs 1                       # the CPU exit races
   ci/fidelity.py --build build --runs 30 --program 'fl_cuda_exit_race'   # a program of yours
@@ -41,8 +44,9 @@ of harness/testdata/race, some of them writing at exit (--exit-stderr, --exit-pr
 --exit-flood), and one fixed (--drain). Failure = any exit status but 0 (bare; a run past
 --timeout is killed and fails) or any outcome but pass (faultline). The JSON has
 {"jobs", "reference", "modes", "rows": [{"program", "mode", "jobs", "failures", "runs", "rate",
-"lower95", "upper95", "inside_reference_interval", "crashes", "named_crashes"}]} (the interval
-field is null for the reference and amplified; the crash counts null for bare modes: a crash is
+"lower95", "upper95", "p_value", "faithful", "inside_reference_interval", "crashes",
+"named_crashes"}]} (p_value, faithful and the interval field, kept for information, are null for
+the reference and amplified; the crash counts null for bare modes: a crash is
 named when its signature holds frames, not the signal alone, i.e. its core was read). Standard
 library only.
 """
@@ -92,6 +96,19 @@ def wilson(k, n, z=1.959963984540054):
     elif k == n:
         hi = 1.0
     return (max(0.0, lo), min(1.0, hi))
+
+
+def fisher_two_sided(k1, n1, k2, n2):
+    """Fisher's exact test of k1/n1 against k2/n2, two-sided: the probability, with the margins
+    fixed, of a table no more likely than the one seen (exact integer arithmetic)."""
+    total = k1 + k2
+    lo, hi = max(0, total - n2), min(total, n1)
+    seen = math.comb(n1, k1) * math.comb(n2, k2)
+    extreme = sum(w for w in (math.comb(n1, x) * math.comb(n2, total - x) for x in range(lo, hi + 1)) if w <= seen)
+    return min(1.0, extreme / math.comb(n1 + n2, total))
+
+
+FAITHFUL_ALPHA = 0.05
 
 
 def resolve(build, program):
@@ -230,31 +247,36 @@ def main():
                 if sys.stderr.isatty():
                     print(f"\r{program}: round {r + 1}/{rounds}", end="", file=sys.stderr, flush=True)
             print(f"\r{program}: {rounds} rounds in {time.time() - started:.0f} s" + " " * 20, file=sys.stderr)
-            ref_ci = wilson(*counts[a.reference]) if a.reference in counts else None
+            ref = counts.get(a.reference)
+            ref_ci = wilson(*ref) if ref else None
             for m in modes:
                 k, n = counts[m]
                 lo, hi = wilson(k, n)
-                judged = ref_ci is not None and m not in (a.reference, "amplified")
+                judged = ref is not None and m not in (a.reference, "amplified")
                 inside = (ref_ci[0] <= k / n <= ref_ci[1]) if judged else None
+                p = fisher_two_sided(k, n, *ref) if judged else None
                 rows.append({"program": program, "mode": m, "jobs": a.jobs, "failures": k, "runs": n,
-                             "rate": k / n, "lower95": lo, "upper95": hi, "inside_reference_interval": inside,
+                             "rate": k / n, "lower95": lo, "upper95": hi, "p_value": p,
+                             "faithful": (p >= FAITHFUL_ALPHA) if judged else None,
+                             "inside_reference_interval": inside,
                              "crashes": names[m][0] if m not in BARE_MODES else None,
                              "named_crashes": names[m][1] if m not in BARE_MODES else None})
 
     w = max([len("program")] + [len(r["program"]) for r in rows])
-    print(f"\n{'program':{w}} {'mode':11} {'failures':>10} {'rate':>7}   95% CI           faithful (vs {a.reference})"
-          "   crashes named by frames")
+    print(f"\n{'program':{w}} {'mode':11} {'failures':>10} {'rate':>7}   95% CI           p (vs {a.reference})"
+          "  faithful   crashes named by frames")
     for row in rows:
-        verdict = {None: "", True: "yes", False: "NO"}[row["inside_reference_interval"]]
+        verdict = {None: "", True: "yes", False: "NO"}[row["faithful"]]
         if verdict and row["mode"] in BARE_MODES:
-            verdict = {"yes": "(inside)", "NO": "(outside)"}[verdict]  # information, not a verdict
+            verdict = {"yes": "(alike)", "NO": "(differs)"}[verdict]  # information, not a verdict
+        p = "" if row["p_value"] is None else f"{row['p_value']:.3g}"
         print(f"{row['program']:{w}} {row['mode']:11} {row['failures']:>4}/{row['runs']:<5} "
-              f"{100 * row['rate']:6.1f}%   {100 * row['lower95']:5.1f}% - {100 * row['upper95']:5.1f}%   {verdict:9}"
-              + (f"   {row['named_crashes']}/{row['crashes']}" if row["crashes"] else ""))
+              f"{100 * row['rate']:6.1f}%   {100 * row['lower95']:5.1f}% - {100 * row['upper95']:5.1f}%   {p:>14}"
+              f"  {verdict:9}" + (f"   {row['named_crashes']}/{row['crashes']}" if row["crashes"] else ""))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"jobs": a.jobs, "reference": a.reference, "modes": modes, "rows": rows}, f, indent=1)
-    unfaithful = [r for r in rows if r["mode"] not in BARE_MODES and r["inside_reference_interval"] is False]
+    unfaithful = [r for r in rows if r["mode"] not in BARE_MODES and r["faithful"] is False]
     return 1 if unfaithful else 0
 
 

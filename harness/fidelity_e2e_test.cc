@@ -205,9 +205,13 @@ TEST(fidelity_benchmark, runs_end_to_end_and_counts_failures_in_every_mode) {
     EXPECT_EQ(row["runs"], 2) << row.dump();
     EXPECT_EQ(row["failures"], fails ? 2 : 0) << row.dump();
     if (row["mode"] == "default") {
+      EXPECT_EQ(row["faithful"], true) << row.dump();  // the same counts: Fisher's p is 1
+      EXPECT_EQ(row["p_value"], 1.0) << row.dump();
       EXPECT_EQ(row["inside_reference_interval"], true) << row.dump();
     }
     if (row["mode"] == "bare-pipe" || row["mode"] == "amplified") {
+      EXPECT_TRUE(row["faithful"].is_null()) << row.dump();
+      EXPECT_TRUE(row["p_value"].is_null()) << row.dump();
       EXPECT_TRUE(row["inside_reference_interval"].is_null()) << row.dump();
     }
   }

@@ -763,19 +763,24 @@ def fidelity(rec, raw):
         rec.out()
         return
     rec.out(f"Interleaved round by round at `--jobs {o.get('jobs', '?')}`; the reference is `{reference}` "
-            "(output through a pipe, as CI captures it). A harness arm is faithful when its rate lies inside "
-            "the reference's 95% interval.")
+            "(output through a pipe, as CI captures it). A harness arm is faithful unless its failure count "
+            "differs from the reference's by Fisher's exact test (two-sided, p < 0.05); records made before "
+            "the test was used judge by the reference's 95% interval.")
     rec.out()
     table = []
     for r in rows:
-        verdict = r.get("inside_reference_interval", r.get("inside_bare_interval"))
+        if "faithful" in r:
+            verdict, why = r["faithful"], f"differs from {reference} (p = {r.get('p_value', 0):.3g})"
+        else:
+            verdict, why = r.get("inside_reference_interval", r.get("inside_bare_interval")), f"outside the {reference} interval"
         mark = {None: "", True: "yes", False: "**NO**"}[verdict]
+        p = r.get("p_value")
         table.append([f"`{r['program']}`", r["mode"], f"{r['failures']}/{r['runs']}",
-                      f"{100 * r['rate']:.1f}% ({100 * r['lower95']:.1f}–{100 * r['upper95']:.1f}%)", mark])
+                      f"{100 * r['rate']:.1f}% ({100 * r['lower95']:.1f}–{100 * r['upper95']:.1f}%)",
+                      "" if p is None else f"{p:.3g}", mark])
         if verdict is False:
-            rec.fail("fidelity", f"{r['program']} under {r['mode']}: {r['failures']}/{r['runs']}, outside the "
-                                 f"{reference} interval")
-    rec.table(["program", "arm", "failed", "rate (95% CI)", "faithful"], table)
+            rec.fail("fidelity", f"{r['program']} under {r['mode']}: {r['failures']}/{r['runs']}, {why}")
+    rec.table(["program", "arm", "failed", "rate (95% CI)", "p", "faithful"], table)
 
 
 def exit_efficiency(rec, raw):

@@ -13,13 +13,26 @@ namespace faultline::core::registry {
 namespace detail {
 
 instance::~instance() {
-  for (auto& w : workers()) {
+  // Every barrier first, so the workers drain side by side, then one bound for all of them.
+  const auto ws = workers();
+  for (const auto& w : ws) {
+    if (w->thread.joinable()) enqueue(*w, task{});
+  }
+  std::chrono::steady_clock::time_point deadline{};
+  for (const auto& w : ws) {
     if (!w->thread.joinable()) continue;
-    enqueue(*w, task{});
-    if (abandon(*w)) {
-      w->thread.detach();
-    } else {
+    if (deadline == std::chrono::steady_clock::time_point{}) deadline = std::chrono::steady_clock::now() + w->core->join_timeout;
+    if (wait_exited(*w, deadline) || !abandon(*w)) {
       w->thread.join();
+      // Its stream and events were the teardown's to destroy, on its device; no teardown ran.
+      device::backend& be = *w->core->backend;
+      const auto previous = be.current_device();
+      (void)be.set_device(w->device);
+      for (const device::event e : w->events) (void)be.destroy_event(e);
+      (void)be.destroy_stream(w->stream);
+      if (previous) (void)be.set_device(*previous);
+    } else {
+      w->thread.detach();
     }
   }
 }
@@ -137,6 +150,7 @@ bool operation::ready() const noexcept {
 
 instance_registry::instance_registry(options opts)
     : join_timeout_(opts.join_timeout), core_(std::make_shared<detail::shared_core>(opts.host_cache_bytes)) {
+  core_->join_timeout = join_timeout_;
   backend_ = opts.backend;
   if (backend_ == nullptr) {
     if (auto b = device::select_backend()) {

@@ -34,6 +34,8 @@ struct spawn_options {
   std::string drop_env_prefix;
   /// The child's stdout goes to /dev/null (its gtest chatter); stderr stays, for its reports.
   bool quiet_stdout = false;
+  /// When set, the child's stderr goes to this file (created or truncated).
+  std::string stderr_path;
 };
 
 /// Starts this binary with --gtest_filter=`filter` and `extra_env` ("NAME=value") added to the
@@ -55,6 +57,9 @@ inline pid_t spawn_self(const std::string& filter, const std::vector<std::string
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (options.quiet_stdout) posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  if (!options.stderr_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  }
   pid_t pid = -1;
   const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);

@@ -295,7 +295,7 @@ def test_fidelity_rows_outside_the_pipe_interval_are_failed_checks(raw):
     md = record.record(str(raw))
     text = section(md, "Fidelity")
     assert row(text, ["`rmm_client_2604 --streams 4 --detached-worker`", "default"])[2:] == [
-        "20/60", "33.3% (22.7–45.9%)", "yes"]
+        "20/60", "33.3% (22.7–45.9%)", "", "yes"]  # (made before the exact test: no p)
     assert "fidelity" not in closing(md)
     f = json.loads((raw / "fidelity.json").read_text())
     for r in f["rows"]:
@@ -305,3 +305,23 @@ def test_fidelity_rows_outside_the_pipe_interval_are_failed_checks(raw):
     md = record.record(str(raw))
     assert "**NO**" in section(md, "Fidelity")
     assert "under default: 5/60, outside the bare-pipe interval" in closing(md)
+
+
+def test_fidelity_rows_are_judged_by_the_exact_test_where_the_record_has_one(raw):
+    # A rate just outside the reference's interval but alike by the test passes; one that differs
+    # by the test fails, whatever the interval says.
+    f = json.loads((raw / "fidelity.json").read_text())
+    for r in f["rows"]:
+        if r["mode"] == "default" and r["program"].startswith("rmm_client"):
+            r["inside_reference_interval"], r["p_value"], r["faithful"] = False, 0.45, True
+    (raw / "fidelity.json").write_text(json.dumps(f))
+    md = record.record(str(raw))
+    assert row(section(md, "Fidelity"), ["`rmm_client_2604 --streams 4 --detached-worker`", "default"])[4:] == [
+        "0.45", "yes"]
+    assert "fidelity" not in closing(md)
+    for r in f["rows"]:
+        if r["mode"] == "default" and r["program"].startswith("rmm_client"):
+            r["inside_reference_interval"], r["p_value"], r["faithful"] = True, 0.01, False
+    (raw / "fidelity.json").write_text(json.dumps(f))
+    md = record.record(str(raw))
+    assert "under default: 20/60, differs from bare-pipe (p = 0.01)" in closing(md)

@@ -36,7 +36,9 @@ struct instance {
   instance(std::string i, std::uint64_t gen, std::vector<int> devs)
       : id(std::move(i)), generation(gen), devices(std::move(devs)) {}
   /// Workers that were never torn down (only a bug path drops an instance that way) are given a
-  /// barrier and abandoned: they end after their last task and destroy their own streams.
+  /// barrier and joined within the registry's join bound, like an unregister's; only a worker
+  /// still running then is abandoned (it ends after its last task and destroys its own stream).
+  /// A dropped instance so never leaves a thread that outlives `main` racing the device's teardown.
   ~instance();
   instance(const instance&) = delete;
   instance& operator=(const instance&) = delete;

@@ -50,6 +50,7 @@ inline constexpr std::size_t pipeline_depth = 4;
 struct shared_core {
   explicit shared_core(std::size_t host_cache_bytes) : pool(host_cache_bytes) {}
   device::backend* backend = nullptr;
+  std::chrono::milliseconds join_timeout{10000};  ///< the registry's join bound (options.join_timeout)
   host_pool pool;  // declared before the store: blocks give their buffers back to it
   block_store store;
   std::atomic<std::uint64_t> registrations{0};
