@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -34,8 +36,6 @@ struct spawn_options {
   std::string drop_env_prefix;
   /// The child's stdout goes to /dev/null (its gtest chatter); stderr stays, for its reports.
   bool quiet_stdout = false;
-  /// When set, the child's stderr goes to this file (created or truncated).
-  std::string stderr_path;
 };
 
 /// Starts this binary with --gtest_filter=`filter` and `extra_env` ("NAME=value") added to the
@@ -57,19 +57,34 @@ inline pid_t spawn_self(const std::string& filter, const std::vector<std::string
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (options.quiet_stdout) posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  if (!options.stderr_path.empty()) {
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  }
   pid_t pid = -1;
   const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   return rc == 0 ? pid : -1;
 }
 
+/// Prints to stderr what a child still running at its deadline was doing: its signal state (from
+/// /proc: pending, blocked, caught) and every thread's stack (eu-stack, else gdb, when installed),
+/// so that a test whose child hangs says where.
+inline void print_hung_child(pid_t pid, std::chrono::milliseconds timeout) {
+  const std::string p = std::to_string(pid);
+  std::fprintf(stderr, "*** child %s still running after %lld ms; its state and stacks:\n", p.c_str(),
+               static_cast<long long>(timeout.count()));
+  std::fflush(stderr);
+  const std::string command =
+      "grep -E '^(State|SigQ|SigPnd|ShdPnd|SigBlk|SigIgn|SigCgt):' /proc/" + p + "/status >&2; "
+      "for t in /proc/" + p + "/task/*; do echo \"thread ${t##*/}: $(cat $t/comm) wchan=$(cat $t/wchan 2>/dev/null)"
+      " $(grep -E '^(State|SigPnd|SigBlk):' $t/status | tr '\\n\\t' '  ')\" >&2; done; "
+      "if command -v eu-stack >/dev/null 2>&1; then eu-stack -p " + p + " >&2 2>&1; "
+      "elif command -v gdb >/dev/null 2>&1; then gdb -batch -nx -ex 'thread apply all bt' -p " + p + " >&2 2>&1; fi";
+  (void)std::system(command.c_str());
+}
+
 /// Waits for `pid` at most `timeout`. Returns its exit code when it exited, 128 + signal when a
-/// signal killed it, or -1 when it was still running at the deadline (it is then SIGKILLed and
-/// reaped, so no child outlives the test).
-inline int wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
+/// signal killed it, or -1 when it was still running at the deadline (then, unless the test expects
+/// it (`show_if_running` false), its state and stacks are printed; it is SIGKILLed and reaped, so
+/// no child outlives the test).
+inline int wait_exit(pid_t pid, std::chrono::milliseconds timeout, bool show_if_running = true) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     int wstatus = 0;
@@ -81,6 +96,7 @@ inline int wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
       return -1;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
+      if (show_if_running) print_hung_child(pid, timeout);
       kill(pid, SIGKILL);
       while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
       }

@@ -5,6 +5,7 @@
 #include "core/testing/crash_stacks.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -42,11 +43,10 @@ struct crashed {
 crashed crash_a_child(bool stacks_on) {
   const std::string err = ::testing::TempDir() + "/crash-stacks-" + std::to_string(::getpid()) +
                           (stacks_on ? "-on" : "-off") + ".err";
-  std::vector<std::string> env{"FAULTLINE_CRASH_STACKS_CHILD=1"};
+  std::vector<std::string> env{"FAULTLINE_CRASH_STACKS_CHILD=" + err};
   env.push_back(stacks_on ? "FAULTLINE_TEST_CRASH_STACKS=1" : "FAULTLINE_TEST_CRASH_STACKS=0");
   const pid_t pid = spawn_self("crash_stacks_child.DISABLED_faults", env,
-                               {.drop_env_prefix = "FAULTLINE_", .quiet_stdout = true,
-                                .stderr_path = err});
+                               {.drop_env_prefix = "FAULTLINE_", .quiet_stdout = true});
   crashed c;
   c.status = pid > 0 ? wait_exit(pid, std::chrono::seconds(60)) : -2;
   c.stderr_text = slurp(err);
@@ -57,7 +57,12 @@ crashed crash_a_child(bool stacks_on) {
 }  // namespace
 
 TEST(crash_stacks_child, DISABLED_faults) {
-  if (std::getenv("FAULTLINE_CRASH_STACKS_CHILD") == nullptr) return;
+  const char* err = std::getenv("FAULTLINE_CRASH_STACKS_CHILD");  // where its stderr goes
+  if (err == nullptr) return;
+  const int fd = ::open(err, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0) << err;
+  ASSERT_EQ(::dup2(fd, STDERR_FILENO), STDERR_FILENO);
+  ::close(fd);
   crash_stacks_test_faults_here(nullptr);
 }
 

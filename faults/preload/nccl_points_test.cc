@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -202,6 +204,27 @@ TEST_F(nccl_points, a_probability_draws_from_the_seed) {
   EXPECT_NE(std::count(first.begin(), first.end(), first.front()), 6) << "every seed drew alike";
 }
 
+// A directory of this test's own (mkdtemp), removed with what it holds: two copies of the suite
+// run at once must not share an --out ("in use by another campaign").
+class own_dir {
+ public:
+  own_dir() {
+    std::string pattern = ::testing::TempDir() + "/fl-nccl-test-XXXXXX";
+    if (::mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+    EXPECT_FALSE(path_.empty()) << "mkdtemp " << pattern << ": " << std::strerror(errno);
+  }
+  ~own_dir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  own_dir(const own_dir&) = delete;
+  own_dir& operator=(const own_dir&) = delete;
+  [[nodiscard]] std::string sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
 // Through `faultline exec`: the runner reads the ranks' states into the run's verdict.
 std::string exec_campaign(const std::string& spec, const std::string& timeout, const std::string& out_dir) {
   const std::string command = cli + " exec -n 1 --timeout " + timeout + " --replace -o " + out_dir +
@@ -216,7 +239,8 @@ std::string exec_campaign(const std::string& spec, const std::string& timeout, c
 }
 
 TEST(nccl_points_exec, a_stopped_rank_makes_a_hang_that_names_it) {
-  const std::string out_dir = ::testing::TempDir() + "/fl-nccl-exec-stop";
+  const own_dir dir;
+  const std::string out_dir = dir.sub("out");
   const std::string text = exec_campaign("nccl/ncclAllReduce@rank=1=2*off->stop", "3s", out_dir);
   EXPECT_NE(text.find("hang: rank 1 outside ncclAllReduce #3 (stopped by nccl/ncclAllReduce), rank 0 waiting in it"),
             std::string::npos) << text;
@@ -224,15 +248,14 @@ TEST(nccl_points_exec, a_stopped_rank_makes_a_hang_that_names_it) {
   EXPECT_NE(results.find("\"outcome\":\"hang\""), std::string::npos) << results;
   EXPECT_NE(results.find("\"state\":\"in-collective\""), std::string::npos) << results;
   EXPECT_NE(results.find("\"state\":\"outside\""), std::string::npos) << results;
-  fs::remove_all(out_dir);
 }
 
 TEST(nccl_points_exec, a_killed_rank_is_named_with_its_signal_and_the_other_where_it_was) {
-  const std::string out_dir = ::testing::TempDir() + "/fl-nccl-exec-kill";
+  const own_dir dir;
+  const std::string out_dir = dir.sub("out");
   const std::string text = exec_campaign("nccl/ncclAllReduce@rank=1=4*off->kill", "20s", out_dir);
   EXPECT_NE(text.find("1 dead (SIGKILL at nccl/ncclAllReduce #5)"), std::string::npos) << text;
   EXPECT_NE(text.find("0 dead (gone inside ncclAllReduce #5)"), std::string::npos) << text;
-  fs::remove_all(out_dir);
 }
 
 // The command refuses what the agent could not do, before anything runs.
@@ -247,7 +270,8 @@ TEST(nccl_points_cli, bad_items_are_refused_before_run_1) {
                            refused{"nccl/ncclAllReduce@python3=stop", "nccl/ (@rank=N)"},
                            refused{"process/start@rank=1=stop", "nccl/ (@rank=N)"},
                            refused{"nccl/ncclAllReduce=teardown(0)", "not teardown"}}) {
-    const std::string out_dir = ::testing::TempDir() + "/fl-nccl-cli";
+    const own_dir dir;
+    const std::string out_dir = dir.sub("out");
     const std::string command = cli + " exec --faults '" + r.spec + "' --out " + out_dir + " -- true 2>&1";
     FILE* p = ::popen(command.c_str(), "r");
     ASSERT_NE(p, nullptr);

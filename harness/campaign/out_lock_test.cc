@@ -84,7 +84,7 @@ class child_process {
                                        {.drop_env_prefix = "FAULTLINE_OUT_LOCK_", .quiet_stdout = true});
   }
   ~child_process() {
-    if (pid_ > 0) faults::testing::wait_exit(pid_, 0ms);
+    if (pid_ > 0) faults::testing::wait_exit(pid_, 0ms, false);
   }
   pid_t pid() const { return pid_; }
   // The child's report, waiting up to `bound` for it ("" when none came).
