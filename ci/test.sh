@@ -29,7 +29,9 @@ python3 ci/floors.py  # every #include points down the floors its room's CMakeLi
 export FAULTLINE_PY_SPY=$PWD/.venv/bin/py-spy FAULTLINE_REQUIRE_PY_SPY=1
 step "floors, the driver's venv"
 
-(cd build && ctest --output-on-failure --parallel "$(nproc)" --timeout 300)
+# A test process that dies of a fatal signal prints every thread's stack first (the shared test
+# main's crash stacks, core/testing/crash_stacks.h), so that CTest's log names what crashed.
+(cd build && FAULTLINE_TEST_CRASH_STACKS=1 ctest --output-on-failure --parallel "$(nproc)" --timeout 300)
 step "CTest"
 
 # Sanitizer pass: unit tests only (the benchmarks and CUDA backend add nothing under ASan here).
@@ -71,6 +73,13 @@ step "cluster: manifests, sharding, one-node Slurm (the ASan build beside it)"
 .venv/bin/python -m pytest ci/gpu/tests ci/tests -q -p no:cacheprovider
 step "the GPU record's and CI's own tests (the ASan build beside them)"
 
+# Our own medicine (ci/exit-hunt.sh): the test executables most exposed to exit races (worker
+# threads, forks, the simulated device's streams) run as whole processes, over and over, under
+# `faultline soak` at --jobs = cores for 90 s, as a flaky exit would hit a CI run. A run that is not
+# a pass fails CI here, with its signature, top frames and repro line.
+ci/exit-hunt.sh --build build --budget 90s
+step "exit hunt: faultline's own tests under faultline (the ASan build beside it)"
+
 if ! wait "$asan_build"; then
   tail -n 60 build-asan/build.log >&2
   echo "ci/test.sh: the ASan+UBSan build failed (build-asan/build.log)" >&2
@@ -96,7 +105,7 @@ san_build=$!
 trap 'kill -- -"$san_build" 2>/dev/null || true' EXIT
 
 (cd build-asan &&
-  ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0 \
+  ASAN_OPTIONS=handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0 FAULTLINE_TEST_CRASH_STACKS=1 \
   ctest --output-on-failure --parallel "$(nproc)" --timeout 600 -LE no-sanitize)
 step "CTest under ASan+UBSan (the fuzz and TSan builds beside it, SCHED_IDLE)"
 

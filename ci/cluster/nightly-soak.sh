@@ -16,6 +16,13 @@
 #   BASELINE   a baseline file (faultline gate --write-baseline): the verdict is then the gate's
 #   FOUND_FAILURES_EXIT  exit status when the soak found failures and no baseline decides (default
 #              1; the cluster jobs use 0: the shard's work is done, the gather step judges)
+#   HUNT_BUDGET  after the soak, hunt exit races in faultline's own test executables (every
+#              *_test of HUNT_BUILD/bin run as a whole process, over and over, under faultline:
+#              ci/exit-hunt.sh) for this long, e.g. 30m; into OUT/exit-hunt/. Default: no hunt (a
+#              sharded soak runs it on one machine only: set it there)
+#   HUNT_BUILD the build whose test executables are hunted (default: the one holding FAULTLINE);
+#              a sanitizer build wants HUNT_ARGS=--no-preload
+#   HUNT_JOBS  runs at once in the hunt (default: the machine's cores)
 # Sharding: faultline itself reads the scheduler's variables (GTEST_*, JOB_COMPLETION_INDEX with
 # FAULTLINE_SHARD_COUNT, SLURM_ARRAY_TASK_*), which this script passes through untouched.
 #
@@ -34,6 +41,10 @@ JOBS=${JOBS:-}
 REPORT_EVERY=${REPORT_EVERY:-}
 BASELINE=${BASELINE:-}
 FOUND_FAILURES_EXIT=${FOUND_FAILURES_EXIT:-1}
+HUNT_BUDGET=${HUNT_BUDGET:-}
+HUNT_BUILD=${HUNT_BUILD:-$(dirname "$(dirname "$FAULTLINE")")}
+HUNT_JOBS=${HUNT_JOBS:-$(nproc)}
+HUNT_ARGS=${HUNT_ARGS:-}
 
 args=(soak)
 if [ -n "$SCENARIOS" ]; then
@@ -101,6 +112,18 @@ if [ -s "$OUT/results.jsonl" ]; then
 else
   echo "nightly-soak: no run recorded in $OUT" >&2
   [ "$status" -ne 0 ] || status=2
+fi
+if [ -n "$HUNT_BUDGET" ]; then
+  hunted=()
+  for t in "$HUNT_BUILD"/bin/*_test; do [ -x "$t" ] && hunted+=("$t"); done
+  hunt_rc=0
+  # shellcheck disable=SC2086  # HUNT_ARGS is a word list by design
+  run_forwarding "$root/ci/exit-hunt.sh" --build "$HUNT_BUILD" --budget "$HUNT_BUDGET" --jobs "$HUNT_JOBS" \
+    --out "$OUT/exit-hunt" $HUNT_ARGS "${hunted[@]}" || hunt_rc=$?
+  echo "$hunt_rc" >"$OUT/exit-hunt.status"
+  # A usage error outranks a failure; a failure turns a clean night into a failing one.
+  if [ "$hunt_rc" -eq 2 ]; then status=2; elif [ "$hunt_rc" -ne 0 ] && [ "$status" -eq 0 ]; then status=1; fi
+  echo "nightly-soak: exit hunt of faultline's own tests: exit status $hunt_rc (OUT/exit-hunt)" >&2
 fi
 echo "nightly-soak: soak exit status $soak_rc, exit status $status; results in $OUT" >&2
 exit "$status"
