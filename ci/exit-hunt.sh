@@ -5,14 +5,15 @@
 # the hunt, and faultline's summary of that binary (its signature, top frames and a repro line)
 # is printed.
 #
-#   ci/exit-hunt.sh [--build DIR] [--budget 90s] [--jobs N] [--timeout 2m] [--no-preload]
+#   ci/exit-hunt.sh [--build DIR] [--budget 90s | --runs N] [--jobs N] [--timeout 2m] [--no-preload]
 #                   [--out DIR] [COMMAND...]
 #
 # COMMAND: a test executable with its arguments, one shell word list per argument
 # ('registry_test --gtest_filter=registry_bug.*'); a bare name is looked up in DIR/bin. The default
 # is the set most exposed to exit races (worker threads, forks, the simulated device's streams),
-# which CI hunts in about 90 s. The budget is shared out evenly among the commands; --jobs (default:
-# the machine's cores) copies of a binary run at once, as two CI jobs on one machine would.
+# which CI hunts in about 90 s. The budget is shared out evenly among the commands (`faultline soak
+# -- COMMAND`); --runs N runs each command N times instead (`faultline exec --repeat N`); --jobs
+# (default: the machine's cores) copies of a binary run at once, as two CI jobs on one machine would.
 # --no-preload: for sanitizer builds (ASan wants to be first). Outputs go to OUT/NAME/ (default: a
 # temporary directory, removed when every run passed); the table goes to stdout, one row per
 # command (runs, outcomes).
@@ -33,6 +34,7 @@ die() {
 
 build=$root/build
 budget=90s
+runs=
 jobs=$(nproc)
 timeout=2m
 preload=()
@@ -41,6 +43,7 @@ while (($#)); do
   case "$1" in
     --build) build=$(cd "${2:?--build needs a directory}" && pwd) || die "--build $2: no such directory"; shift 2 ;;
     --budget) budget=${2:?--budget needs a duration}; shift 2 ;;
+    --runs) runs=${2:?--runs needs a count}; shift 2 ;;
     --jobs) jobs=${2:?--jobs needs a count}; shift 2 ;;
     --timeout) timeout=${2:?--timeout needs a duration}; shift 2 ;;
     --no-preload) preload=(--no-preload); shift ;;
@@ -67,9 +70,10 @@ seconds_of() {  # 90s, 2m, 1h, 45 -> seconds
 }
 [[ "$budget" =~ ^[0-9]+[smh]?$ ]] || die "--budget $budget: expected a number of seconds, minutes or hours (90s, 5m, 1h)"
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || die "--jobs $jobs: expected a positive count"
+[ -z "$runs" ] || [[ "$runs" =~ ^[1-9][0-9]*$ ]] || die "--runs $runs: expected a positive count"
 total=$(seconds_of "$budget")
 per=$((total / ${#commands[@]}))
-((per >= 1)) || die "--budget $budget is less than a second for each of ${#commands[@]} commands"
+[ -n "$runs" ] || ((per >= 1)) || die "--budget $budget is less than a second for each of ${#commands[@]} commands"
 
 faultline=$build/bin/faultline
 [ -x "$faultline" ] || die "$faultline not found: build first (bash ci/setup.sh)"
@@ -106,7 +110,12 @@ for i in "${!commands[@]}"; do
   # From a directory of its own: a `core` folder where the hunt stands would keep cores from being
   # written, and two binaries must not share their relative paths.
   mkdir -p "$dir/cwd"
-  (cd "$dir/cwd" && "$faultline" soak --budget "${per}s" --jobs "$jobs" --timeout "$timeout" ${preload[@]+"${preload[@]}"} \
+  if [ -n "$runs" ]; then
+    campaign=(exec --repeat "$runs")
+  else
+    campaign=(soak --budget "${per}s")
+  fi
+  (cd "$dir/cwd" && "$faultline" "${campaign[@]}" --jobs "$jobs" --timeout "$timeout" ${preload[@]+"${preload[@]}"} \
     --out "$dir/soak" -- "${words[@]}") >"$dir/soak.log" 2>&1 || rc=$?
   line=$(grep -E '^[^ ].*: [0-9]+ runs, ' "$dir/soak.log" | tail -n 1 || true)
   rows+=("$(printf '%-60s %s' "${commands[$i]}" "${line#*: }")")
@@ -117,7 +126,11 @@ for i in "${!commands[@]}"; do
   fi
 done
 
-echo "ci/exit-hunt.sh: ${#commands[@]} command(s), ${per} s each, --jobs $jobs"
+if [ -n "$runs" ]; then
+  echo "ci/exit-hunt.sh: ${#commands[@]} command(s), $runs runs each, --jobs $jobs"
+else
+  echo "ci/exit-hunt.sh: ${#commands[@]} command(s), ${per} s each, --jobs $jobs"
+fi
 printf '  %s\n' "${rows[@]}"
 if ((failed)); then
   echo "ci/exit-hunt.sh: FAILED: a run of faultline's own tests was not a pass (outputs in $out)" >&2
