@@ -84,7 +84,7 @@ run_record find_run(const std::string& out, const std::string& id) {
 // A catalog run's variant (the scenario binary's `run NAME`), else a command's as exec builds it.
 std::pair<variant, bool> variant_of(const run_record& r, const triage_args& a, const campaign_options& o) {
   const auto timeout = parse_timeout(a.timeout);
-  if (r.command.size() == 3 && r.command[1] == "run" && r.command[2] == r.name) {
+  if (identity_of(r).kind == variant_kind::scenario && r.command.size() == 3 && r.command[2] == r.name) {
     auto sc = catalog_for({r.name}, false);
     if (sc && sc->size() == 1) return {scenario_variant(sc->front(), r.name, r.faults, timeout.value_or(sc->front().timeout)), true};
   }

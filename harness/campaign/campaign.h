@@ -68,6 +68,9 @@ namespace faultline::harness {
 struct variant {
   std::string name;                      ///< recorded in results ("exit/static-pool", "my_test")
   std::vector<std::string> argv;         ///< the command
+  /// What it is, recorded with each run: with `name` (a scenario) or `argv` (a command) and its
+  /// fault spec, what tells it from other variants in reports and the gate (run_record::kind).
+  variant_kind kind = variant_kind::command;
   std::string faults;                    ///< FAULTLINE_FAULTS for its runs ("" = none)
   std::chrono::milliseconds timeout{default_run_timeout};
   std::vector<std::string> env;          ///< extra "K=V" for its runs
