@@ -259,6 +259,27 @@ TEST(gate, tells_commands_that_share_a_program_name_apart) {
   EXPECT_EQ(same.compared, 2u) << dump(same);
 }
 
+TEST(gate, matches_a_command_soak_with_an_exec_of_the_same_command_and_spec) {
+  // Issue 38: a baseline written from `soak -- CMD` named its spec "drawn per run from the fault
+  // space", so an `exec` of the same command and spec was "new outcome class ... no baseline".
+  testing::temp_dir dir;
+  const std::string spec = "exit/end=delay(1ms)";
+  testing::write_results(dir.path() / "soak", testing::command_runs({"./prog"}, 40, 2, outcome::crash, "SIGSEGV: f", 0, spec));
+  std::ofstream(dir.path() / "soak" / "soak.json")
+      << nlohmann::json{{"seed", 1}, {"scenarios", nlohmann::json::array()}, {"command", {{"argv", nlohmann::json::array({"./prog"})}, {"faults", spec}}}}.dump();
+  testing::write_results(dir.path() / "exec", testing::command_runs({"./prog"}, 20, 1, outcome::crash, "SIGSEGV: f", 0, spec));
+  auto soak = load_report({dir.path() / "soak"});
+  auto exec = load_report({dir.path() / "exec"});
+  ASSERT_TRUE(soak && exec);
+  const baseline b = make_baseline(*soak, "2026-01-01T00:00:00.000Z");
+  ASSERT_EQ(b.variants.size(), 1u);
+  EXPECT_EQ(b.variants[0].faults, spec);
+  auto g = compare(b, *exec, 0.01);
+  EXPECT_TRUE(g.passed) << dump(g);
+  EXPECT_EQ(g.compared, 1u) << dump(g);
+  EXPECT_TRUE(of_kind(g, finding_kind::new_variant).empty()) << dump(g);
+}
+
 TEST(baseline, version_1_is_read_for_scenarios_and_refused_for_commands) {
   // Version 1 named a command's variant by its program alone ("python3"), which may stand for
   // several command lines pooled: such a baseline is refused, saying how to write a new one. Its

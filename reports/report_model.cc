@@ -400,13 +400,15 @@ core::result<report_model> load_report(const std::vector<fs::path>& paths) {
       if (fresh) campaign_first_file[campaign] = file;
     }
 
-    // A soak draws a fault spec per run from each scenario's space: its runs are grouped by
-    // scenario (one variant per spec would be one per run), under the spec label below.
+    // A soak draws a fault spec per run from each scenario's space: its runs of scenarios are
+    // grouped by scenario (one variant per spec would be one per run), under the spec label
+    // below. A soak of a command gives each run the command's own spec, and is grouped by it.
     const bool soak = fs::exists((dir.empty() ? fs::path(".") : dir) / "soak.json", ec);
     auto visit = [&](run_record&& r, std::uint64_t) -> core::status {
       ++in.records;
       harness::variant_identity what = harness::identity_of(r);
-      const std::string group_faults = soak ? std::string(soak_faults_label) : r.faults;
+      const std::string group_faults =
+          soak && what.kind == harness::variant_kind::scenario ? std::string(soak_faults_label) : r.faults;
       auto [vit, fresh] = variant_of.emplace(std::make_pair(what, group_faults), states.size());
       if (fresh) {
         states.push_back(std::make_unique<variant_state>(r.name, std::move(what), group_faults, std::to_string(states.size())));

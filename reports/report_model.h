@@ -32,9 +32,11 @@
 // performed; the rate `verify` requires is the catalog's and is not recorded in results. Every
 // other variant meets its expectation when no run failed.
 //
-// A soak's runs (a results file with soak.json beside it) have a fault spec each, drawn from their
-// scenario's fault space: they are grouped by scenario, with soak_faults_label as the variant's
-// fault spec; each failure's repro still carries its run's own spec.
+// A soak's runs of scenarios (a results file with soak.json beside it) have a fault spec each,
+// drawn from their scenario's fault space: they are grouped by scenario, with soak_faults_label as
+// the variant's fault spec; each failure's repro still carries its run's own spec. A soak of a
+// command gives every run the command's one spec: its runs are grouped as an `exec` campaign's,
+// and match one in the gate.
 //
 // Memory grows with the runs by a few tens of bytes each (identity, duration, start time), not
 // with their records. Thread safety: values and pure functions.
@@ -72,7 +74,7 @@ std::optional<expectation> expectation_from_string(std::string_view s) noexcept;
 /// this build's catalog has it), so that results of other builds are judged alike.
 bool plants_bug_point(std::string_view faults);
 
-/// The fault spec a soak's variants are reported under.
+/// The fault spec a soak's scenario variants are reported under.
 inline constexpr std::string_view soak_faults_label = "(soak: drawn per run from the fault space)";
 
 /// The spread of a variant's run durations, in milliseconds (all 0 without runs).
