@@ -141,7 +141,8 @@ TEST_F(reports_e2e, commands_of_one_program_name_are_rows_and_variants_of_their_
   build("v1", "fl_testdata_pass");
   build("v2", "fl_testdata_fail");
   auto exec = [&](const char* version, const char* out) {
-    return run_faultline({"exec", "--repeat", "3", "--seed", "1", "--out", at(out).string(), "--", at(std::string(version) + "/prog").string()});
+    return run_faultline(
+        {"exec", "--repeat", "3", "--seed", "1", "--out", at(out).string(), "--", at(std::string(version) + "/prog").string()});
   };
   ASSERT_EQ(exec("v1", "out-v1").status, 0);
   ASSERT_EQ(exec("v2", "out-v2").status, 1);

@@ -51,7 +51,8 @@ baseline_variant parse_variant(const json& j, const std::string& where, std::int
     const json& c = field(j, "command", where);
     if (!c.is_null()) {
       if (!c.is_array() || c.empty()) fail(sub(where, "command"), "expected null (a scenario) or a command's argv (an array of strings)");
-      for (std::size_t i = 0; i < c.size(); ++i) v.command.push_back(string_of(c[i], sub(where, "command") + "[" + std::to_string(i) + "]"));
+      for (std::size_t i = 0; i < c.size(); ++i)
+        v.command.push_back(string_of(c[i], sub(where, "command") + "[" + std::to_string(i) + "]"));
     }
   } else if (v.name.find('/') == std::string::npos) {
     // A scenario is "family/name"; exec named a command by its program's file name.
@@ -126,7 +127,7 @@ baseline parse_document(const json& j) {
   if (!ver.is_number_integer()) fail("version", "expected a whole number");
   const std::int64_t version = ver.get<std::int64_t>();
   if (version != 1 && version != baseline_version)
-    throw invalid{"baseline version " + ver.dump() + " is not supported (this faultline reads versions 1 to " +
+    throw invalid{"baseline version " + ver.dump() + " is not supported (this faultline reads versions 1 and " +
                   std::to_string(baseline_version) + "; write a new one with faultline gate --write-baseline)"};
   baseline b;
   b.version = static_cast<int>(version);
@@ -213,7 +214,8 @@ json to_json(const baseline& b) {
                         {"outcomes", outcomes},
                         {"signatures", sigs}});
   }
-  return {{"format", format_name}, {"version", baseline_version}, {"created", b.created}, {"sources", b.sources}, {"runs", b.runs}, {"variants", variants}};
+  return {{"format", format_name}, {"version", baseline_version}, {"created", b.created},
+          {"sources", b.sources},    {"runs", b.runs},              {"variants", variants}};
 }
 
 core::result<baseline> parse_baseline(std::string_view text) {

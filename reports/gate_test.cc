@@ -266,7 +266,10 @@ TEST(gate, matches_a_command_soak_with_an_exec_of_the_same_command_and_spec) {
   const std::string spec = "exit/end=delay(1ms)";
   testing::write_results(dir.path() / "soak", testing::command_runs({"./prog"}, 40, 2, outcome::crash, "SIGSEGV: f", 0, spec));
   std::ofstream(dir.path() / "soak" / "soak.json")
-      << nlohmann::json{{"seed", 1}, {"scenarios", nlohmann::json::array()}, {"command", {{"argv", nlohmann::json::array({"./prog"})}, {"faults", spec}}}}.dump();
+      << nlohmann::json{{"seed", 1},
+                        {"scenarios", nlohmann::json::array()},
+                        {"command", {{"argv", nlohmann::json::array({"./prog"})}, {"faults", spec}}}}
+             .dump();
   testing::write_results(dir.path() / "exec", testing::command_runs({"./prog"}, 20, 1, outcome::crash, "SIGSEGV: f", 0, spec));
   auto soak = load_report({dir.path() / "soak"});
   auto exec = load_report({dir.path() / "exec"});
@@ -359,7 +362,8 @@ TEST(baseline, refuses_malformed_files_in_one_line) {
   EXPECT_NE(error_of("[1, 2]").find("not a faultline baseline"), std::string::npos);
   EXPECT_NE(error_of("{\"version\": 1}").find("not a faultline baseline"), std::string::npos);
   EXPECT_EQ(error_of(with([](auto& j) { j["version"] = 3; })),
-            "baseline version 3 is not supported (this faultline reads versions 1 to 2; write a new one with faultline gate --write-baseline)");
+            "baseline version 3 is not supported (this faultline reads versions 1 and 2; write a new one with faultline gate "
+            "--write-baseline)");
   EXPECT_EQ(error_of(with([](auto& j) { j["variants"][0].erase("command"); })), "variants[0]: missing \"command\"");
   EXPECT_EQ(error_of(with([](auto& j) { j["variants"][0]["command"] = nlohmann::json::array(); })),
             "variants[0].command: expected null (a scenario) or a command's argv (an array of strings)");

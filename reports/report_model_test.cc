@@ -337,14 +337,20 @@ TEST(load_report, a_command_soak_is_reported_under_its_own_fault_spec) {
   const std::string spec = "exit/end=delay(1ms)";
   testing::write_results(dir.path() / "cmd", testing::command_runs({"./prog", "--fast"}, 20, 2, outcome::crash, "SIGSEGV: f", 0, spec));
   std::ofstream(dir.path() / "cmd" / "soak.json")
-      << nlohmann::json{{"seed", 1}, {"scenarios", nlohmann::json::array()}, {"command", {{"argv", nlohmann::json::array({"./prog", "--fast"})}, {"faults", spec}}}}.dump();
+      << nlohmann::json{{"seed", 1},
+                        {"scenarios", nlohmann::json::array()},
+                        {"command", {{"argv", nlohmann::json::array({"./prog", "--fast"})}, {"faults", spec}}}}
+             .dump();
   auto scen = testing::runs("exit/a", 2, 0, outcome::pass, "", 100);
   scen[0].faults = "sim/stream/op=5%delay(10us)";
   scen[1].faults = "sim/stream/op=7%delay(1ms)";
   testing::write_results(dir.path() / "scenarios", scen);
   std::ofstream(dir.path() / "scenarios" / "soak.json")
-      << nlohmann::json{{"seed", 1}, {"scenarios", nlohmann::json::array({{{"name", "exit/a"}, {"fault_space", nlohmann::json::array({"sim/stream/op=1..20%delay(10us..2ms)"})}}})},
-                        {"command", nullptr}}.dump();
+      << nlohmann::json{{"seed", 1},
+                        {"scenarios", nlohmann::json::array({{{"name", "exit/a"},
+                                                              {"fault_space", nlohmann::json::array({"sim/stream/op=1..20%delay(10us..2ms)"})}}})},
+                        {"command", nullptr}}
+             .dump();
   auto m = load_report({dir.path() / "cmd", dir.path() / "scenarios"});
   ASSERT_TRUE(m) << m.error().message();
   ASSERT_EQ(m->variants.size(), 2u);
