@@ -258,7 +258,7 @@ std::vector<std::string> display_names(const std::vector<harness::variant_identi
   // Each command starts at its recorded name and is lengthened, step by step, only while it
   // shares its name with another identity: by its program's path while the programs sharing the
   // name differ, else by its arguments, else (a scenario of the same name) by the whole command
-  // line. Every step lengthens some name, so this ends.
+  // line. Every step moves some command on along that finite way, so this ends.
   struct shape {
     std::size_t parts = 0;  // path components of the program shown; 0: the recorded name
     bool args = false;      // its arguments shown
@@ -277,10 +277,10 @@ std::vector<std::string> display_names(const std::vector<harness::variant_identi
       text += " " + core::io::shell_join(std::vector<std::string>(argv.begin() + 1, argv.end()));
     return text;
   };
-  for (std::size_t round = 0; round < 4 * n + 8; ++round) {
+  for (bool changed = true; changed;) {
     std::map<std::string, std::vector<std::size_t>> sharing;
     for (std::size_t i = 0; i < n; ++i) sharing[shown(i)].push_back(i);
-    bool changed = false;
+    changed = false;
     for (const auto& [text, group] : sharing) {
       if (group.size() < 2) continue;
       std::vector<std::size_t> commands;
@@ -294,7 +294,7 @@ std::vector<std::string> display_names(const std::vector<harness::variant_identi
       if (programs.size() > 1) {
         for (auto i : commands)
           if (how[i].parts < path_parts(ids[i].what[0])) {
-            how[i].parts = std::max<std::size_t>(how[i].parts + 1, 1);
+            ++how[i].parts;
             step = true;
           }
       }
@@ -306,7 +306,6 @@ std::vector<std::string> display_names(const std::vector<harness::variant_identi
           if (!how[i].whole) how[i].whole = step = true;
       changed = changed || step;
     }
-    if (!changed) break;
   }
   std::vector<std::string> out;
   out.reserve(n);

@@ -328,6 +328,11 @@ TEST(display_names, are_the_shortest_that_no_two_identities_share) {
   const std::vector<std::string> names = {"exit/a", "python3", "python3", "python3", "t", "t", "a", "solo", "a"};
   EXPECT_EQ(display_names(ids, names), (std::vector<std::string>{"exit/a", "python3 a.py", "python3 b.py", "bin/python3", "v1/t", "v2/t",
                                                                  "exit/a (command)", "solo", "other/a"}));
+  // However deep the programs' common path.
+  std::string tail;
+  for (int i = 2; i <= 30; ++i) tail += "/" + std::to_string(i);
+  EXPECT_EQ(display_names({{variant_kind::command, {"/1" + tail + "/t"}}, {variant_kind::command, {"/0" + tail + "/t"}}}, {"t", "t"}),
+            (std::vector<std::string>{"1" + tail + "/t", "0" + tail + "/t"}));
 }
 
 TEST(load_report, a_command_soak_is_reported_under_its_own_fault_spec) {
