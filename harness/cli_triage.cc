@@ -39,7 +39,8 @@ like bad (its rate greater than good's) or like good (bad's greater than its) at
 by the number of looks (so each decision errs with probability at most --alpha), or --runs are
 spent: undecided. Skipped and undecided commits are passed over; the first bad commit is then
 named as one of a range. Prints each step's rate and runs and the first bad commit; writes
-OUT/bisect.json (the table `faultline report` shows). The working tree is never touched.
+OUT/bisect.json (the table `faultline report` shows); OUT must be a folder of its own (one holding
+a campaign, a soak or an earlier bisect is refused). The working tree is never touched.
 Exit status: 0 the first bad commit was found, 1 it could not be decided (or the endpoints do not
 differ), 2 usage errors, 130 interrupted.)";
 
@@ -83,7 +84,7 @@ run_record find_run(const std::string& out, const std::string& id) {
 // A catalog run's variant (the scenario binary's `run NAME`), else a command's as exec builds it.
 std::pair<variant, bool> variant_of(const run_record& r, const triage_args& a, const campaign_options& o) {
   const auto timeout = parse_timeout(a.timeout);
-  if (r.command.size() == 3 && r.command[1] == "run" && r.command[2] == r.name) {
+  if (identity_of(r).kind == variant_kind::scenario && r.command.size() == 3 && r.command[2] == r.name) {
     auto sc = catalog_for({r.name}, false);
     if (sc && sc->size() == 1) return {scenario_variant(sc->front(), r.name, r.faults, timeout.value_or(sc->front().timeout)), true};
   }
@@ -256,8 +257,9 @@ int cmd_bisect(const bisect_args& a, cli_context& ctx) {
   o.bad = a.bad;
   o.repo = a.repo;
   if (auto revs = resolve_revisions(o.repo, a.good, a.bad); !revs) throw usage_error{revs.error().message()};
-  if (auto held = find_recorded_campaign(a.out, false); held && held->any())
-    throw usage_error{"--out " + a.out + " holds " + held->describe() + ": give the bisect a folder of its own"};
+  // Checked again by run_bisect under the folder's lock; here, before the command is checked.
+  if (auto held = find_recorded_campaign(a.out); held && held->any())
+    throw usage_error{"--out " + a.out + " holds " + held->describe(a.out) + ": give the bisect a folder of its own"};
   o.build = a.build;
   o.out_dir = a.out;
   if (!a.signature.empty()) o.signature = a.signature;

@@ -30,6 +30,10 @@ several shards (searched 4 levels down). Shards are merged and every run is coun
 twice (the same shard given twice) is counted once, and a note says so; a shard missing from a sharded
 campaign is noted. A torn last line is skipped, as --resume does; a malformed line is an error.
 
+A variant is what was run and its fault spec: a scenario by its name, a command by its whole command line
+(`python3 a.py` and `python3 b.py` are two rows; a row is named by its program, with more of its path or
+its arguments where two would share a name).
+
 A variant whose faults plant a bug point (faultline verify's) is a detection check: it meets its
 expectation when the bug was detected and every run could be performed; any other variant when no run
 failed.
@@ -50,8 +54,9 @@ const char* const gate_help = R"(Compares the current results with a baseline an
     were lost) is only noted when the baseline holds a crash of that signal.
 Improvements (a significantly lower rate, outcomes and signatures no longer seen) are printed too, and
 changes within chance are noted. A variant not in the baseline is held to an empty one; a baseline
-variant missing now is noted. Variants are matched by name and fault spec, and named with the spec
-("exit/a [exit/end=delay(5ms)]").
+variant missing now is noted. Variants are matched by what was run (a scenario's name, a command's whole
+command line) and fault spec, and named as faultline report names them, with the spec
+("exit/a [exit/end=delay(5ms)]", "python3 a.py").
 
   faultline gate --write-baseline baseline.json --current out/run     # from a good run
   faultline gate --baseline baseline.json --current out/run           # later: exit 1 on a regression

@@ -1,8 +1,9 @@
 // `faultline report` and `faultline gate` through the binary, on the outputs of real campaigns
 // of the stand-in scenario binary (faultline-fake-scenarios): the two shards of a `faultline
 // run` merge into one report that counts every run once (and a shard given twice is said to
-// be), and a `faultline verify` whose bug point stops being detected fails the gate that a
-// good verify's baseline set.
+// be), a `faultline verify` whose bug point stops being detected fails the gate that a good
+// verify's baseline set, and two programs of one name run by `faultline exec` are two rows and
+// two variants of the gate.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -127,6 +128,42 @@ TEST_F(reports_e2e, help_documents_every_option) {
   EXPECT_EQ(usage.status, 2);
   auto no_current = run_faultline({"gate", "--baseline", "x"});
   EXPECT_EQ(no_current.status, 2);
+}
+
+TEST_F(reports_e2e, commands_of_one_program_name_are_rows_and_variants_of_their_own) {
+  // Issue 38: ./v1/exit_race and ./v2/exit_race, run by exec, were one row and one variant of the
+  // gate. Here v1/prog passes and v2/prog fails; then v1/prog starts failing too, which the pooled
+  // variant (3 of 6 failed, then 6 of 6) would have let through as within chance.
+  auto build = [&](const char* version, const char* testdata) {
+    fs::create_directories(at(version));
+    fs::copy_file(program(testdata), at(std::string(version) + "/prog"), fs::copy_options::overwrite_existing);
+  };
+  build("v1", "fl_testdata_pass");
+  build("v2", "fl_testdata_fail");
+  auto exec = [&](const char* version, const char* out) {
+    return run_faultline(
+        {"exec", "--repeat", "3", "--seed", "1", "--out", at(out).string(), "--", at(std::string(version) + "/prog").string()});
+  };
+  ASSERT_EQ(exec("v1", "out-v1").status, 0);
+  ASSERT_EQ(exec("v2", "out-v2").status, 1);
+  EXPECT_NE(read_text(at("out-v1/results.jsonl")).find("\"kind\":\"command\""), std::string::npos);
+
+  auto report = run_faultline({"report", at("out-v1").string(), at("out-v2").string(), "--markdown", "-"});
+  ASSERT_EQ(report.status, 0) << report.err;
+  EXPECT_NE(report.out.find("1 of 2 variants did not meet their expectation"), std::string::npos) << report.out;
+  EXPECT_NE(report.out.find("`v1/prog`"), std::string::npos) << report.out;
+  EXPECT_NE(report.out.find("`v2/prog`"), std::string::npos) << report.out;
+
+  auto base = run_faultline({"gate", "--write-baseline", at("baseline.json").string(), "--current", at("out-v1").string(), "--current",
+                             at("out-v2").string()});
+  ASSERT_EQ(base.status, 0) << base.err;
+  build("v1", "fl_testdata_fail");
+  ASSERT_EQ(exec("v1", "out-v1-now").status, 1);
+  auto gate = run_faultline({"gate", "--baseline", at("baseline.json").string(), "--current", at("out-v1-now").string(), "--current",
+                             at("out-v2").string()});
+  EXPECT_EQ(gate.status, 1) << gate.out << gate.err;
+  EXPECT_NE(gate.out.find("FAIL     v1/prog: new outcome class fail"), std::string::npos) << gate.out;
+  EXPECT_EQ(gate.out.find("FAIL     v2/prog"), std::string::npos) << gate.out;
 }
 
 }  // namespace

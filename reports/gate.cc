@@ -42,11 +42,24 @@ std::string string_of(const json& v, const std::string& where) {
 
 std::string sub(const std::string& where, const char* key) { return where + "." + key; }
 
-baseline_variant parse_variant(const json& j, const std::string& where) {
+baseline_variant parse_variant(const json& j, const std::string& where, std::int64_t version) {
   if (!j.is_object()) fail(where, "expected an object");
   baseline_variant v;
   v.name = string_of(field(j, "name", where), sub(where, "name"));
   if (v.name.empty()) fail(sub(where, "name"), "must not be empty");
+  if (version >= 2) {
+    const json& c = field(j, "command", where);
+    if (!c.is_null()) {
+      if (!c.is_array() || c.empty()) fail(sub(where, "command"), "expected null (a scenario) or a command's argv (an array of strings)");
+      for (std::size_t i = 0; i < c.size(); ++i)
+        v.command.push_back(string_of(c[i], sub(where, "command") + "[" + std::to_string(i) + "]"));
+    }
+  } else if (v.name.find('/') == std::string::npos) {
+    // A scenario is "family/name"; exec named a command by its program's file name.
+    fail(where, "baseline version 1 names the command \"" + detail::one_line(v.name) +
+                    "\" by its program alone, which may pool several command lines (python3 a.py and python3 b.py); write a new "
+                    "baseline with faultline gate --write-baseline");
+  }
   v.faults = string_of(field(j, "faults", where), sub(where, "faults"));
   const std::string expect = string_of(field(j, "expect", where), sub(where, "expect"));
   auto e = expectation_from_string(expect);
@@ -112,11 +125,12 @@ baseline parse_document(const json& j) {
     throw invalid{std::string("not a faultline baseline (it has no \"format\": \"") + format_name + "\")"};
   const json& ver = field(j, "version", "baseline");
   if (!ver.is_number_integer()) fail("version", "expected a whole number");
-  if (ver.get<std::int64_t>() != baseline_version)
-    throw invalid{"baseline version " + ver.dump() + " is not supported (this faultline reads version " + std::to_string(baseline_version) +
-                  "; write a new one with faultline gate --write-baseline)"};
+  const std::int64_t version = ver.get<std::int64_t>();
+  if (version != 1 && version != baseline_version)
+    throw invalid{"baseline version " + ver.dump() + " is not supported (this faultline reads versions 1 and " +
+                  std::to_string(baseline_version) + "; write a new one with faultline gate --write-baseline)"};
   baseline b;
-  b.version = baseline_version;
+  b.version = static_cast<int>(version);
   b.created = string_of(field(j, "created", "baseline"), "created");
   const json& sources = field(j, "sources", "baseline");
   if (!sources.is_array()) fail("sources", "expected an array of paths");
@@ -124,12 +138,12 @@ baseline parse_document(const json& j) {
   b.runs = count_of(field(j, "runs", "baseline"), "runs");
   const json& variants = field(j, "variants", "baseline");
   if (!variants.is_array()) fail("variants", "expected an array");
-  std::set<std::pair<std::string, std::string>> keys;
+  std::set<std::pair<harness::variant_identity, std::string>> keys;
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < variants.size(); ++i) {
     const std::string w = "variants[" + std::to_string(i) + "]";
-    auto v = parse_variant(variants[i], w);
-    if (!keys.emplace(v.name, v.faults).second) fail(w, "variant \"" + detail::one_line(v.name) + "\" with these faults appears twice");
+    auto v = parse_variant(variants[i], w, version);
+    if (!keys.emplace(v.id(), v.faults).second) fail(w, "variant \"" + detail::one_line(v.name) + "\" with these faults appears twice");
     total += v.runs;
     b.variants.push_back(std::move(v));
   }
@@ -154,6 +168,11 @@ std::uint64_t baseline_variant::bad() const {
   return runs - (failures - errors);  // runs that did not detect the bug, errors included
 }
 
+harness::variant_identity baseline_variant::id() const {
+  if (command.empty()) return {harness::variant_kind::scenario, {name}};
+  return {harness::variant_kind::command, command};
+}
+
 baseline make_baseline(const report_model& m, std::string created) {
   baseline b;
   b.created = std::move(created);
@@ -162,6 +181,7 @@ baseline make_baseline(const report_model& m, std::string created) {
   for (const auto& v : m.variants) {
     baseline_variant bv;
     bv.name = v.name;
+    if (v.id.kind == harness::variant_kind::command) bv.command = v.id.what;
     bv.faults = v.faults;
     bv.expect = v.expect;
     bv.runs = v.summary.runs;
@@ -186,6 +206,7 @@ json to_json(const baseline& b) {
                       {"phase", g.when == phase::none ? json(nullptr) : json(harness::to_string(g.when))},
                       {"count", g.count}});
     variants.push_back({{"name", v.name},
+                        {"command", v.command.empty() ? json(nullptr) : json(v.command)},
                         {"faults", v.faults},
                         {"expect", to_string(v.expect)},
                         {"runs", v.runs},
@@ -193,7 +214,8 @@ json to_json(const baseline& b) {
                         {"outcomes", outcomes},
                         {"signatures", sigs}});
   }
-  return {{"format", format_name}, {"version", b.version}, {"created", b.created}, {"sources", b.sources}, {"runs", b.runs}, {"variants", variants}};
+  return {{"format", format_name}, {"version", baseline_version}, {"created", b.created},
+          {"sources", b.sources},    {"runs", b.runs},              {"variants", variants}};
 }
 
 core::result<baseline> parse_baseline(std::string_view text) {
@@ -246,18 +268,20 @@ std::string_view to_string(finding_kind k) noexcept {
 
 namespace {
 
-// A variant as the gate names it: with its fault spec, since variants match by name and spec
-// (an amplified campaign's variant is another variant than the bare one of the same name).
-// A variant without faults says so where its name also runs with a spec.
-std::string gate_label(const std::string& name, const std::string& faults, const std::set<std::string>& named_with_faults) {
-  if (!faults.empty()) return name + " [" + faults + "]";
-  return named_with_faults.count(name) ? name + " [no faults]" : name;
+using harness::variant_identity;
+
+// A variant as the gate names it: its display name with its fault spec, since variants match by
+// identity and spec (an amplified campaign's variant is another variant than the bare one of the
+// same name). A variant without faults says so where its identity also runs with a spec.
+std::string gate_label(const std::string& shown, const std::string& faults, bool also_with_faults) {
+  if (!faults.empty()) return shown + " [" + faults + "]";
+  return also_with_faults ? shown + " [no faults]" : shown;
 }
 
-// The specs `name` has in `specs` other than `faults`, for a note: "'' (none), 'x=kill'".
-std::string other_specs(const std::multimap<std::string, std::string>& specs, const std::string& name, const std::string& faults) {
+// The specs `id` has in `specs` other than `faults`, for a note: "no faults, [x=kill]".
+std::string other_specs(const std::multimap<variant_identity, std::string>& specs, const variant_identity& id, const std::string& faults) {
   std::string out;
-  for (auto [it, end] = specs.equal_range(name); it != end; ++it) {
+  for (auto [it, end] = specs.equal_range(id); it != end; ++it) {
     if (it->second == faults) continue;
     out += (out.empty() ? "" : ", ") + (it->second.empty() ? std::string("no faults") : "[" + it->second + "]");
   }
@@ -284,27 +308,47 @@ bool crash_of_signal(const baseline_signature& s, const std::string& sig) {
 gate_result compare(const baseline& base, const report_model& current, double alpha) {
   gate_result g;
   std::vector<finding> fails, better, notes;
-  std::set<std::pair<std::string, std::string>> matched;
-  std::map<std::pair<std::string, std::string>, const baseline_variant*> base_of;
-  for (const auto& bv : base.variants) base_of[{bv.name, bv.faults}] = &bv;
-  std::set<std::string> named_with_faults;
-  std::multimap<std::string, std::string> base_specs, current_specs;
+  using key = std::pair<variant_identity, std::string>;  // identity, faults
+  std::set<key> matched;
+  std::map<key, const baseline_variant*> base_of;
+  for (const auto& bv : base.variants) base_of[{bv.id(), bv.faults}] = &bv;
+  std::set<variant_identity> named_with_faults;
+  std::multimap<variant_identity, std::string> base_specs, current_specs;
+  // Display names over both sides, so that a baseline's variant and a current one of another
+  // identity never share one.
+  std::map<variant_identity, std::size_t> index;
+  std::vector<variant_identity> ids;
+  std::vector<std::string> names;
+  auto know = [&](const variant_identity& id, const std::string& name, const std::string& faults) {
+    if (index.emplace(id, ids.size()).second) {
+      ids.push_back(id);
+      names.push_back(name);
+    }
+    if (!faults.empty()) named_with_faults.insert(id);
+  };
   for (const auto& bv : base.variants) {
-    base_specs.emplace(bv.name, bv.faults);
-    if (!bv.faults.empty()) named_with_faults.insert(bv.name);
+    base_specs.emplace(bv.id(), bv.faults);
+    know(bv.id(), bv.name, bv.faults);
   }
   for (const auto& v : current.variants) {
-    current_specs.emplace(v.name, v.faults);
-    if (!v.faults.empty()) named_with_faults.insert(v.name);
+    current_specs.emplace(v.id, v.faults);
+    know(v.id, v.name, v.faults);
   }
+  const std::vector<std::string> shown = display_names(ids, names);
+  auto label_of = [&](const variant_identity& id, const std::string& faults) {
+    return gate_label(shown[index.at(id)], faults, named_with_faults.count(id) > 0);
+  };
 
   for (const auto& v : current.variants) {
     const bool detection = v.expect == expectation::detection;
     const std::string what = detection ? "runs that missed the bug" : "failure rate";
-    auto it = base_of.find({v.name, v.faults});
-    const baseline_variant empty{v.name, v.faults, v.expect, 0, 0, {}, {}};
+    auto it = base_of.find({v.id, v.faults});
+    baseline_variant empty;
+    empty.name = v.name;
+    empty.faults = v.faults;
+    empty.expect = v.expect;
     const baseline_variant* b = it == base_of.end() ? &empty : it->second;
-    const std::string label = gate_label(v.name, v.faults, named_with_faults);
+    const std::string label = label_of(v.id, v.faults);
     bool variant_fails = false, variant_better = false;
     auto add = [&](finding_kind kind, bool fails_gate, std::string text, double p = 1) {
       // A detection check that no longer shows an outcome or signature has not improved: it
@@ -324,12 +368,12 @@ gate_result compare(const baseline& base, const report_model& current, double al
     };
 
     if (it == base_of.end()) {
-      const std::string others = other_specs(base_specs, v.name, v.faults);
+      const std::string others = other_specs(base_specs, v.id, v.faults);
       add(finding_kind::new_variant, false,
           std::string(others.empty() ? "not in the baseline" : "not in the baseline with this fault spec (it has " + others + ")") +
               " (" + detail::thousands(v.summary.runs) + " runs now; " + v.verdict + ")");
     } else {
-      matched.insert({v.name, v.faults});
+      matched.insert({v.id, v.faults});
       ++g.compared;
       const proportion was{b->bad(), b->runs}, now{v.bad, v.summary.runs};
       const double p_worse = fisher_greater(was, now);
@@ -396,9 +440,9 @@ gate_result compare(const baseline& base, const report_model& current, double al
     else if (variant_better) ++g.improved_variants;
   }
   for (const auto& bv : base.variants) {
-    if (matched.count({bv.name, bv.faults})) continue;
-    const std::string others = other_specs(current_specs, bv.name, bv.faults);
-    finding f{finding_kind::missing_variant, false, false, gate_label(bv.name, bv.faults, named_with_faults),
+    if (matched.count({bv.id(), bv.faults})) continue;
+    const std::string others = other_specs(current_specs, bv.id(), bv.faults);
+    finding f{finding_kind::missing_variant, false, false, label_of(bv.id(), bv.faults),
               "in the baseline (" + detail::thousands(bv.runs) + " runs) but not in the current runs" +
                   (others.empty() ? std::string() : " with this fault spec (they have " + others + ")") + ": not compared",
               1};

@@ -7,9 +7,12 @@
 //   for (const auto& f : g.findings) std::cout << format(f) << "\n";
 //   return g.passed ? 0 : 1;
 //
-// Variants are matched by name and fault spec, and named with it in findings ("exit/a
-// [exit/end=delay(5ms)]"; "exit/a [no faults]" where the name also runs with a spec), so an
-// amplified campaign's variant is told from the bare one. For each matched variant:
+// Variants are matched by identity (harness::identity_of: a scenario's name, or a command's whole
+// command line as given) and fault spec, so `python3 a.py` is never compared with `python3 b.py`,
+// and an `exec` campaign of a command matches a soak of the same command and spec. Findings name
+// a variant as the reports do (display_names: "exit/a", "v1/exit_race", "python3 a.py"), with its
+// spec ("exit/a [exit/end=delay(5ms)]"; "exit/a [no faults]" where it also runs with a spec), so
+// an amplified campaign's variant is told from the bare one. For each matched variant:
 //   - its rate of bad runs (failures; for a detection check, runs that missed the bug, errors
 //     included) is compared with Fisher's exact test, one-sided: a p-value below alpha that the
 //     current rate is greater is a regression (it fails the gate, naming the test, counts, rates
@@ -29,13 +32,17 @@
 // Each variant is tested at `alpha` on its own (no correction for the number of variants: a
 // clean suite has no failures, and a rate that moves by chance rarely reaches 0.01).
 //
-// The baseline file (JSON, "format": "faultline-baseline", "version": 1):
+// The baseline file (JSON, "format": "faultline-baseline", "version": 2):
 //   {"format", "version", "created", "sources": [...], "runs",
-//    "variants": [{"name", "faults", "expect": "no-failure"|"detection", "runs", "failures",
-//                  "outcomes": {"pass": n, ...}, "signatures": [{"signature", "outcome",
-//                  "phase", "count"}]}]}
-// parse_baseline checks all of it (types, counts that add up, known outcomes, no variant twice)
-// and says what is wrong in one line.
+//    "variants": [{"name", "command", "faults", "expect": "no-failure"|"detection", "runs",
+//                  "failures", "outcomes": {"pass": n, ...}, "signatures": [{"signature",
+//                  "outcome", "phase", "count"}]}]}
+// "command" is a command's argv as given, null for a scenario (known by its name). parse_baseline
+// checks all of it (types, counts that add up, known outcomes, no variant twice) and says what is
+// wrong in one line. Version 1 had no "command": it named a command's variant by its program alone
+// ("python3"), which may stand for several command lines pooled, so a version 1 baseline is read
+// only when each of its variants is a scenario's (a name "family/name", which a program's file
+// name never is) and refused otherwise, saying to write a new one.
 //
 // Thread safety: values and pure functions.
 #pragma once
@@ -55,8 +62,8 @@
 
 namespace faultline::reports {
 
-/// The baseline format this build writes and reads.
-inline constexpr int baseline_version = 1;
+/// The baseline format this build writes (it reads this one and version 1, see above).
+inline constexpr int baseline_version = 2;
 /// The default significance level of the gate.
 inline constexpr double default_alpha = 0.01;
 
@@ -70,7 +77,8 @@ struct baseline_signature {
 
 /// One variant's runs, as the gate remembers them.
 struct baseline_variant {
-  std::string name;
+  std::string name;                  ///< as recorded: a scenario's name, a command's program
+  std::vector<std::string> command;  ///< a command's argv as given; empty for a scenario
   std::string faults;
   expectation expect = expectation::no_failure;
   std::uint64_t runs = 0;
@@ -80,11 +88,13 @@ struct baseline_variant {
 
   /// Runs that count against it: failures (no_failure), or runs that missed the bug (detection).
   [[nodiscard]] std::uint64_t bad() const;
+  /// What it is a baseline of: a command (`command`) or a scenario (`name`).
+  [[nodiscard]] harness::variant_identity id() const;
 };
 
 /// What a baseline file holds.
 struct baseline {
-  int version = baseline_version;
+  int version = baseline_version;    ///< the version it was read as (to_json writes baseline_version)
   std::string created;               ///< ISO 8601 UTC
   std::vector<std::string> sources;  ///< the results files it was made from
   std::uint64_t runs = 0;

@@ -217,6 +217,107 @@ TEST(gate, a_signal_only_signature_is_no_new_signature_when_the_baseline_crashed
   EXPECT_FALSE(compare(e.base, e.current, 0.01).passed);
 }
 
+TEST(gate, tells_commands_that_share_a_program_name_apart) {
+  // Issue 38: ./v1/exit_race and ./v2/exit_race were pooled into one variant, so v1 getting worse
+  // while v2 got better by as much passed the gate. Each command line is a variant of its own.
+  testing::temp_dir dir;
+  auto race = [](const std::string& program, std::uint64_t crashes, std::uint64_t first) {
+    return testing::command_runs({program}, 200, crashes, outcome::crash, "SIGSEGV: race", first);
+  };
+  testing::write_results(dir.path() / "base-v1", race("./v1/exit_race", 48, 0));
+  testing::write_results(dir.path() / "base-v2", race("./v2/exit_race", 93, 1000));
+  testing::write_results(dir.path() / "now-v1", race("./v1/exit_race", 93, 2000));
+  testing::write_results(dir.path() / "now-v2", race("./v2/exit_race", 48, 3000));
+  auto before = load_report({dir.path() / "base-v1", dir.path() / "base-v2"});
+  auto after = load_report({dir.path() / "now-v1", dir.path() / "now-v2"});
+  ASSERT_TRUE(before && after);
+  const baseline b = make_baseline(*before, "2026-01-01T00:00:00.000Z");
+  ASSERT_EQ(b.variants.size(), 2u);
+  // The baseline records what was run.
+  const nlohmann::json j = to_json(b);
+  EXPECT_EQ(j["variants"][0]["command"], nlohmann::json::array({"./v1/exit_race"})) << j.dump(2);
+  EXPECT_EQ(j["variants"][1]["command"], nlohmann::json::array({"./v2/exit_race"})) << j.dump(2);
+  auto back = parse_baseline(j.dump());
+  ASSERT_TRUE(back) << back.error().message();
+  auto g = compare(*back, *after, 0.01);
+  EXPECT_FALSE(g.passed) << dump(g);
+  EXPECT_EQ(g.compared, 2u) << dump(g);
+  auto worse = of_kind(g, finding_kind::worse);
+  ASSERT_EQ(worse.size(), 1u) << dump(g);
+  EXPECT_EQ(worse[0].variant, "v1/exit_race");
+  auto better = of_kind(g, finding_kind::better);
+  ASSERT_EQ(better.size(), 1u) << dump(g);
+  EXPECT_EQ(better[0].variant, "v2/exit_race");
+
+  // Arguments tell scripts of one interpreter apart.
+  testing::write_results(dir.path() / "a", testing::command_runs({"python3", "a.py"}, 10, 4, outcome::fail, "exit 1"));
+  testing::write_results(dir.path() / "b", testing::command_runs({"python3", "b.py"}, 5, 0, outcome::pass, "", 100));
+  auto scripts = load_report({dir.path() / "a", dir.path() / "b"});
+  ASSERT_TRUE(scripts);
+  auto same = compare(make_baseline(*scripts, "2026-01-01T00:00:00.000Z"), *scripts, 0.01);
+  EXPECT_TRUE(same.passed) << dump(same);
+  EXPECT_EQ(same.compared, 2u) << dump(same);
+}
+
+TEST(gate, matches_a_command_soak_with_an_exec_of_the_same_command_and_spec) {
+  // Issue 38: a baseline written from `soak -- CMD` named its spec "drawn per run from the fault
+  // space", so an `exec` of the same command and spec was "new outcome class ... no baseline".
+  testing::temp_dir dir;
+  const std::string spec = "exit/end=delay(1ms)";
+  testing::write_results(dir.path() / "soak", testing::command_runs({"./prog"}, 40, 2, outcome::crash, "SIGSEGV: f", 0, spec));
+  std::ofstream(dir.path() / "soak" / "soak.json")
+      << nlohmann::json{{"seed", 1},
+                        {"scenarios", nlohmann::json::array()},
+                        {"command", {{"argv", nlohmann::json::array({"./prog"})}, {"faults", spec}}}}
+             .dump();
+  testing::write_results(dir.path() / "exec", testing::command_runs({"./prog"}, 20, 1, outcome::crash, "SIGSEGV: f", 0, spec));
+  auto soak = load_report({dir.path() / "soak"});
+  auto exec = load_report({dir.path() / "exec"});
+  ASSERT_TRUE(soak && exec);
+  const baseline b = make_baseline(*soak, "2026-01-01T00:00:00.000Z");
+  ASSERT_EQ(b.variants.size(), 1u);
+  EXPECT_EQ(b.variants[0].faults, spec);
+  auto g = compare(b, *exec, 0.01);
+  EXPECT_TRUE(g.passed) << dump(g);
+  EXPECT_EQ(g.compared, 1u) << dump(g);
+  EXPECT_TRUE(of_kind(g, finding_kind::new_variant).empty()) << dump(g);
+}
+
+TEST(baseline, version_1_is_read_for_scenarios_and_refused_for_commands) {
+  // Version 1 named a command's variant by its program alone ("python3"), which may stand for
+  // several command lines pooled: such a baseline is refused, saying how to write a new one. Its
+  // scenarios' variants were named as they still are.
+  auto v1 = [](const std::string& name) {
+    return nlohmann::json{{"format", "faultline-baseline"},
+                          {"version", 1},
+                          {"created", "2026-01-01T00:00:00.000Z"},
+                          {"sources", nlohmann::json::array({"out/results.jsonl"})},
+                          {"runs", 10},
+                          {"variants",
+                           nlohmann::json::array({{{"name", name},
+                             {"faults", ""},
+                             {"expect", "no-failure"},
+                             {"runs", 10},
+                             {"failures", 0},
+                             {"outcomes", {{"pass", 10}}},
+                             {"signatures", nlohmann::json::array()}}})}}
+        .dump();
+  };
+  auto scenarios = parse_baseline(v1("exit/a"));
+  ASSERT_TRUE(scenarios) << scenarios.error().message();
+  testing::temp_dir dir;
+  auto g = compare(*scenarios, model_of(dir.path(), testing::runs("exit/a", 10)), 0.01);
+  EXPECT_TRUE(g.passed) << dump(g);
+  EXPECT_EQ(g.compared, 1u) << dump(g);
+  auto commands = parse_baseline(v1("python3"));
+  ASSERT_FALSE(commands);
+  EXPECT_EQ(commands.code(), core::errc::corrupt);
+  EXPECT_NE(commands.error().message().find("variants[0]: baseline version 1 names the command \"python3\" by its program alone"),
+            std::string::npos)
+      << commands.error().message();
+  EXPECT_NE(commands.error().message().find("faultline gate --write-baseline"), std::string::npos) << commands.error().message();
+}
+
 TEST(baseline, survives_its_round_trip) {
   testing::temp_dir dir;
   auto m = model_of(dir.path(), testing::runs("exit/a", 50, 3, outcome::crash, "SIGSEGV: \"quoted\" \x01", 0, 2) +
@@ -260,8 +361,12 @@ TEST(baseline, refuses_malformed_files_in_one_line) {
   EXPECT_NE(error_of(text.substr(0, text.size() / 2)).find("not JSON (truncated or not a baseline)"), std::string::npos);
   EXPECT_NE(error_of("[1, 2]").find("not a faultline baseline"), std::string::npos);
   EXPECT_NE(error_of("{\"version\": 1}").find("not a faultline baseline"), std::string::npos);
-  EXPECT_EQ(error_of(with([](auto& j) { j["version"] = 2; })),
-            "baseline version 2 is not supported (this faultline reads version 1; write a new one with faultline gate --write-baseline)");
+  EXPECT_EQ(error_of(with([](auto& j) { j["version"] = 3; })),
+            "baseline version 3 is not supported (this faultline reads versions 1 and 2; write a new one with faultline gate "
+            "--write-baseline)");
+  EXPECT_EQ(error_of(with([](auto& j) { j["variants"][0].erase("command"); })), "variants[0]: missing \"command\"");
+  EXPECT_EQ(error_of(with([](auto& j) { j["variants"][0]["command"] = nlohmann::json::array(); })),
+            "variants[0].command: expected null (a scenario) or a command's argv (an array of strings)");
   EXPECT_EQ(error_of(with([](auto& j) { j.erase("version"); })), "baseline: missing \"version\"");
   EXPECT_EQ(error_of(with([](auto& j) { j.erase("variants"); })), "baseline: missing \"variants\"");
   EXPECT_EQ(error_of(with([](auto& j) { j["variants"][0].erase("runs"); })), "variants[0]: missing \"runs\"");

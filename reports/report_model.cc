@@ -55,16 +55,18 @@ struct first_reading {
 
 // One variant while the files are read.
 struct variant_state {
-  std::string name, faults, key;  // key: the builder's name for it, unique per (name, faults)
+  std::string name;  // as its first run recorded it
+  harness::variant_identity id;
+  std::string faults, key;  // key: the builder's name for it, unique per (id, faults)
   harness::summary_builder builder;
   std::vector<std::int64_t> durations;
   std::set<std::uint32_t> files;
   std::uint32_t first_file = 0;
   std::uint64_t first_run = 0;
 
-  variant_state(std::string n, std::string f, std::string k)
+  variant_state(std::string n, harness::variant_identity i, std::string f, std::string k)
       // A soak's label is no spec: its runs' points are not checked against it.
-      : name(std::move(n)), faults(std::move(f)), key(std::move(k)),
+      : name(std::move(n)), id(std::move(i)), faults(std::move(f)), key(std::move(k)),
         builder({{key, faults == soak_faults_label ? std::string() : faults}}) {}
 };
 
@@ -125,6 +127,17 @@ duration_stats duration_spread(std::vector<std::int64_t>& d) {
   s.total_ms = static_cast<std::int64_t>(sum);
   s.mean_ms = static_cast<double>(sum / static_cast<long double>(d.size()));
   return s;
+}
+
+// The program of a command shown with its last `parts` path components ("v1/exit_race").
+std::string program_tail(const std::string& program, std::size_t parts) {
+  std::size_t at = program.size();
+  for (std::size_t i = 0; i < parts && at != std::string::npos && at > 0; ++i) at = program.rfind('/', at - 1);
+  return at == std::string::npos || parts == 0 ? program : program.substr(at + 1);
+}
+
+std::size_t path_parts(const std::string& program) {
+  return static_cast<std::size_t>(std::count(program.begin(), program.end(), '/')) + 1;
 }
 
 std::string describe_rate(const harness::rate_estimate& r) {
@@ -233,10 +246,71 @@ std::string repro_command(const run_record& r) {
   // A scenario's runs are the scenario binary's `run NAME`, under the scenario's name (verify's
   // bug variants add "@POINT").
   const auto& c = r.command;
-  if (c.size() == 3 && c[1] == "run" && (r.name == c[2] || r.name.rfind(c[2] + "@", 0) == 0))
-    return "faultline run " + core::io::shell_quote(c[2]) + flags;
+  if (harness::identity_of(r).kind == harness::variant_kind::scenario) {
+    if (c.size() == 3 && c[1] == "run") return "faultline run " + core::io::shell_quote(c[2]) + flags;
+    return c.empty() ? "" : "faultline run " + core::io::shell_quote(r.name.substr(0, r.name.find('@'))) + flags;
+  }
   if (c.empty()) return "";
   return "faultline exec" + flags + " -- " + core::io::shell_join(c);
+}
+
+std::vector<std::string> display_names(const std::vector<harness::variant_identity>& ids, const std::vector<std::string>& names) {
+  // Each command starts at its recorded name and is lengthened, step by step, only while it
+  // shares its name with another identity: by its program's path while the programs sharing the
+  // name differ, else by its arguments, else (a scenario of the same name) by the whole command
+  // line. Every step moves some command on along that finite way, so this ends.
+  struct shape {
+    std::size_t parts = 0;  // path components of the program shown; 0: the recorded name
+    bool args = false;      // its arguments shown
+    bool whole = false;     // the whole command line, marked as a command's
+  };
+  const std::size_t n = ids.size();
+  std::vector<shape> how(n);
+  auto is_command = [&](std::size_t i) { return ids[i].kind == harness::variant_kind::command && !ids[i].what.empty(); };
+  auto shown = [&](std::size_t i) -> std::string {
+    if (!is_command(i)) return ids[i].what.empty() ? std::string() : ids[i].what.front();
+    const auto& argv = ids[i].what;
+    if (how[i].whole) return core::io::shell_join(argv) + " (command)";
+    std::string text = how[i].parts == 0 ? (i < names.size() && !names[i].empty() ? names[i] : program_tail(argv[0], 1))
+                                         : program_tail(argv[0], how[i].parts);
+    if (how[i].args && argv.size() > 1)
+      text += " " + core::io::shell_join(std::vector<std::string>(argv.begin() + 1, argv.end()));
+    return text;
+  };
+  for (bool changed = true; changed;) {
+    std::map<std::string, std::vector<std::size_t>> sharing;
+    for (std::size_t i = 0; i < n; ++i) sharing[shown(i)].push_back(i);
+    changed = false;
+    for (const auto& [text, group] : sharing) {
+      if (group.size() < 2) continue;
+      std::vector<std::size_t> commands;
+      std::set<std::string> programs;
+      for (auto i : group)
+        if (is_command(i)) {
+          commands.push_back(i);
+          programs.insert(ids[i].what[0]);
+        }
+      bool step = false;
+      if (programs.size() > 1) {
+        for (auto i : commands)
+          if (how[i].parts < path_parts(ids[i].what[0])) {
+            ++how[i].parts;
+            step = true;
+          }
+      }
+      if (!step)
+        for (auto i : commands)
+          if (!how[i].args && ids[i].what.size() > 1) how[i].args = step = true;
+      if (!step)
+        for (auto i : commands)
+          if (!how[i].whole) how[i].whole = step = true;
+      changed = changed || step;
+    }
+  }
+  std::vector<std::string> out;
+  out.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) out.push_back(shown(i));
+  return out;
 }
 
 bool report_model::ok() const { return failed_variants() == 0; }
@@ -290,7 +364,7 @@ core::result<report_model> load_report(const std::vector<fs::path>& paths) {
   if (!files) return files.error();
 
   report_model m;
-  std::map<std::pair<std::string, std::string>, std::size_t> variant_of;  // (name, faults) -> index
+  std::map<std::pair<harness::variant_identity, std::string>, std::size_t> variant_of;  // (identity, faults) -> index
   std::vector<std::unique_ptr<variant_state>> states;
   std::unordered_map<run_identity, first_reading, identity_hash> seen;
   std::map<std::string, std::uint64_t> campaign_of;  // manifest key -> campaign id
@@ -325,15 +399,18 @@ core::result<report_model> load_report(const std::vector<fs::path>& paths) {
       if (fresh) campaign_first_file[campaign] = file;
     }
 
-    // A soak draws a fault spec per run from each scenario's space: its runs are grouped by
-    // scenario (one variant per spec would be one per run), under the spec label below.
+    // A soak draws a fault spec per run from each scenario's space: its runs of scenarios are
+    // grouped by scenario (one variant per spec would be one per run), under the spec label
+    // below. A soak of a command gives each run the command's own spec, and is grouped by it.
     const bool soak = fs::exists((dir.empty() ? fs::path(".") : dir) / "soak.json", ec);
     auto visit = [&](run_record&& r, std::uint64_t) -> core::status {
       ++in.records;
-      const std::string group_faults = soak ? std::string(soak_faults_label) : r.faults;
-      auto [vit, fresh] = variant_of.emplace(std::make_pair(r.name, group_faults), states.size());
+      harness::variant_identity what = harness::identity_of(r);
+      const std::string group_faults =
+          soak && what.kind == harness::variant_kind::scenario ? std::string(soak_faults_label) : r.faults;
+      auto [vit, fresh] = variant_of.emplace(std::make_pair(what, group_faults), states.size());
       if (fresh) {
-        states.push_back(std::make_unique<variant_state>(r.name, group_faults, std::to_string(states.size())));
+        states.push_back(std::make_unique<variant_state>(r.name, std::move(what), group_faults, std::to_string(states.size())));
         states.back()->first_file = file_index;
         states.back()->first_run = r.run;
       }
@@ -417,9 +494,21 @@ core::result<report_model> load_report(const std::vector<fs::path>& paths) {
     m.notes.push_back(plural(without_time, "run has", "runs have") + " no readable start time and " +
                       (without_time == 1 ? "is" : "are") + " left out of the timeline");
 
-  // Labels: a name recorded with more than one fault spec is told apart by its spec.
-  std::map<std::string, int> specs_of_name;
-  for (const auto& st : states) ++specs_of_name[st->name];
+  // Labels: each identity's display name, told apart by its spec where it ran with several.
+  std::map<harness::variant_identity, std::size_t> identity_index;
+  std::vector<harness::variant_identity> identities;
+  std::vector<std::string> recorded_names;
+  std::vector<int> specs_of_identity;
+  for (const auto& st : states) {
+    auto [it, fresh] = identity_index.emplace(st->id, identities.size());
+    if (fresh) {
+      identities.push_back(st->id);
+      recorded_names.push_back(st->name);
+      specs_of_identity.push_back(0);
+    }
+    ++specs_of_identity[it->second];
+  }
+  const std::vector<std::string> shown = display_names(identities, recorded_names);
   std::vector<std::size_t> order(states.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
@@ -431,8 +520,10 @@ core::result<report_model> load_report(const std::vector<fs::path>& paths) {
     variant_state& st = *states[i];
     variant_report v;
     v.name = st.name;
+    v.id = st.id;
     v.faults = st.faults;
-    v.label = specs_of_name[st.name] > 1 ? st.name + " [" + (st.faults.empty() ? "no faults" : st.faults) + "]" : st.name;
+    const std::size_t k = identity_index.at(st.id);
+    v.label = specs_of_identity[k] > 1 ? shown[k] + " [" + (st.faults.empty() ? "no faults" : st.faults) + "]" : shown[k];
     v.expect = plants_bug_point(st.faults) ? expectation::detection : expectation::no_failure;
     v.summary = st.builder.summaries().front();
     v.summary.name = v.label;

@@ -20,17 +20,23 @@
 // many; one recorded twice with another outcome keeps the first reading and says so. When the
 // shards of a campaign are read, a shard index missing from them is noted.
 //
-// Variants. Runs are grouped by name and fault spec (one name run with two specs is two
-// variants, labelled "name [faults]": injected and real failures are never one count). A variant
+// Variants. Runs are grouped by their variant's identity (harness::identity_of: a scenario's
+// name, or a command's whole command line as given, script and arguments included) and fault
+// spec: one name run with two specs is two variants, labelled "name [faults]" (injected and real
+// failures are never one count), and `python3 a.py` and `python3 b.py` are two variants. A row
+// is named by display_names: a scenario by its name, a command by its program's name, made
+// longer where two commands would share it. A variant
 // whose fault spec plants a bug point (a `bug/...` point with an action other than off, as
 // `faultline verify` does) is a detection check: its failures are the expected detections, and
 // it meets its expectation when at least one run detected the bug and every run could be
 // performed; the rate `verify` requires is the catalog's and is not recorded in results. Every
 // other variant meets its expectation when no run failed.
 //
-// A soak's runs (a results file with soak.json beside it) have a fault spec each, drawn from their
-// scenario's fault space: they are grouped by scenario, with soak_faults_label as the variant's
-// fault spec; each failure's repro still carries its run's own spec.
+// A soak's runs of scenarios (a results file with soak.json beside it) have a fault spec each,
+// drawn from their scenario's fault space: they are grouped by scenario, with soak_faults_label as
+// the variant's fault spec; each failure's repro still carries its run's own spec. A soak of a
+// command gives every run the command's one spec: its runs are grouped as an `exec` campaign's,
+// and match one in the gate.
 //
 // Memory grows with the runs by a few tens of bytes each (identity, duration, start time), not
 // with their records. Thread safety: values and pure functions.
@@ -68,7 +74,7 @@ std::optional<expectation> expectation_from_string(std::string_view s) noexcept;
 /// this build's catalog has it), so that results of other builds are judged alike.
 bool plants_bug_point(std::string_view faults);
 
-/// The fault spec a soak's variants are reported under.
+/// The fault spec a soak's scenario variants are reported under.
 inline constexpr std::string_view soak_faults_label = "(soak: drawn per run from the fault space)";
 
 /// The spread of a variant's run durations, in milliseconds (all 0 without runs).
@@ -81,9 +87,12 @@ struct duration_stats {
 
 /// One variant's runs, summarised for the reports.
 struct variant_report {
-  std::string name;    ///< as recorded ("exit/static-pool", "exit/static-pool@bug/alloc/no-drain")
+  std::string name;    ///< as recorded ("exit/static-pool", "exit/static-pool@bug/alloc/no-drain", "python3")
+  harness::variant_identity id;  ///< what was run (with `faults`, what tells it from other variants)
   std::string faults;  ///< its fault spec ("" = none)
-  std::string label;   ///< how reports name it: `name`, or "name [faults]" where a name has several specs
+  /// How reports name it: its display name (display_names), or "display [faults]" where that
+  /// identity has several specs.
+  std::string label;
   expectation expect = expectation::no_failure;
   /// Counts, rate and interval, signatures (their first log: a path under the results file's
   /// directory, as read), first failure and pass. summary.name is `label`.
@@ -161,6 +170,13 @@ core::result<std::vector<std::filesystem::path>> find_results(const std::vector<
 /// naming the file and line of a malformed record; invalid_argument when no path is given or
 /// the files hold no run at all.
 core::result<report_model> load_report(const std::vector<std::filesystem::path>& paths);
+
+/// The names rows are given, one per identity in `ids` (distinct, in that order; `names[i]` is the
+/// name recorded with ids[i]'s runs): a scenario's name; a command's recorded name (its program's
+/// file name), made longer only where two would share one — first by its program's path, from
+/// the right (`v1/exit_race`, `v2/exit_race`), then by its arguments (`python3 a.py`), at last
+/// the whole command line. No two identities get the same name.
+std::vector<std::string> display_names(const std::vector<harness::variant_identity>& ids, const std::vector<std::string>& names);
 
 /// The command line that replays `r` alone: `faultline run SCENARIO` for a scenario (its command
 /// is the scenario binary's `run`), `faultline exec -- CMD` otherwise, with its seed and faults.

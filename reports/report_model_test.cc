@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "reports/tests/fixtures.h"
 
 namespace faultline::reports {
@@ -278,6 +280,90 @@ TEST(load_report, tells_one_name_with_two_fault_specs_apart) {
   EXPECT_EQ(m->variants[1].label, "exit/a [sim/allocate=5%fail(ENOMEM)]");
   EXPECT_EQ(m->variants[0].summary.failures, 0u);
   EXPECT_EQ(m->variants[1].summary.failures, 4u);
+}
+
+TEST(load_report, tells_commands_that_share_a_program_name_apart) {
+  // Issue 38: `exec -- python3 a.py` (4/10 failed) and `exec -- python3 b.py` (0/5) were one row
+  // "python3" at 26.7%, and ./v1/exit_race and ./v2/exit_race one row too. A variant is its whole
+  // command line; its row's name is the shortest that no other variant's shares.
+  testing::temp_dir dir;
+  testing::write_results(dir.path() / "a", testing::command_runs({"python3", "a.py"}, 10, 4, outcome::fail, "exit 1"));
+  testing::write_results(dir.path() / "b", testing::command_runs({"python3", "b.py"}, 5, 0, outcome::pass, "", 100));
+  testing::write_results(dir.path() / "v1", testing::command_runs({"./v1/exit_race"}, 200, 48, outcome::crash, "SIGSEGV: f", 1000));
+  testing::write_results(dir.path() / "v2", testing::command_runs({"./v2/exit_race"}, 200, 93, outcome::crash, "SIGSEGV: f", 2000));
+  auto m = load_report({dir.path() / "a", dir.path() / "b", dir.path() / "v1", dir.path() / "v2"});
+  ASSERT_TRUE(m) << m.error().message();
+  EXPECT_EQ(m->runs, 415u);
+  ASSERT_EQ(m->variants.size(), 4u);
+  const auto* a = find(*m, "python3 a.py");
+  const auto* b = find(*m, "python3 b.py");
+  const auto* v1 = find(*m, "v1/exit_race");
+  const auto* v2 = find(*m, "v2/exit_race");
+  ASSERT_TRUE(a && b && v1 && v2) << m->variants[0].label << ", " << m->variants[1].label << ", " << m->variants[2].label << ", "
+                                  << m->variants[3].label;
+  EXPECT_EQ(a->summary.runs, 10u);
+  EXPECT_EQ(a->summary.failures, 4u);
+  EXPECT_EQ(b->summary.runs, 5u);
+  EXPECT_EQ(b->summary.failures, 0u);
+  EXPECT_EQ(v1->summary.failures, 48u);
+  EXPECT_EQ(v2->summary.failures, 93u);
+  EXPECT_NE(a->repro.find("-- python3 a.py"), std::string::npos) << a->repro;
+  EXPECT_NE(v2->repro.find("-- ./v2/exit_race"), std::string::npos) << v2->repro;
+
+  // Alone, a command's row is named for its program.
+  auto alone = load_report({dir.path() / "a"});
+  ASSERT_TRUE(alone) << alone.error().message();
+  ASSERT_EQ(alone->variants.size(), 1u);
+  EXPECT_EQ(alone->variants[0].label, "python3");
+}
+
+TEST(display_names, are_the_shortest_that_no_two_identities_share) {
+  using harness::variant_kind;
+  const std::vector<harness::variant_identity> ids = {
+      {variant_kind::scenario, {"exit/a"}},         {variant_kind::command, {"python3", "a.py"}},
+      {variant_kind::command, {"python3", "b.py"}}, {variant_kind::command, {"/usr/bin/python3", "a.py"}},
+      {variant_kind::command, {"./v1/t"}},          {variant_kind::command, {"./v2/t"}},
+      {variant_kind::command, {"exit/a"}},          {variant_kind::command, {"solo", "--x"}},
+      {variant_kind::command, {"other/a"}}};
+  const std::vector<std::string> names = {"exit/a", "python3", "python3", "python3", "t", "t", "a", "solo", "a"};
+  EXPECT_EQ(display_names(ids, names), (std::vector<std::string>{"exit/a", "python3 a.py", "python3 b.py", "bin/python3", "v1/t", "v2/t",
+                                                                 "exit/a (command)", "solo", "other/a"}));
+  // However deep the programs' common path.
+  std::string tail;
+  for (int i = 2; i <= 30; ++i) tail += "/" + std::to_string(i);
+  EXPECT_EQ(display_names({{variant_kind::command, {"/1" + tail + "/t"}}, {variant_kind::command, {"/0" + tail + "/t"}}}, {"t", "t"}),
+            (std::vector<std::string>{"1" + tail + "/t", "0" + tail + "/t"}));
+}
+
+TEST(load_report, a_command_soak_is_reported_under_its_own_fault_spec) {
+  // Issue 38: a soak of a command (one fixed spec) was labelled "drawn per run from the fault
+  // space". A scenario soak's runs, each with a spec of its own, still are.
+  testing::temp_dir dir;
+  const std::string spec = "exit/end=delay(1ms)";
+  testing::write_results(dir.path() / "cmd", testing::command_runs({"./prog", "--fast"}, 20, 2, outcome::crash, "SIGSEGV: f", 0, spec));
+  std::ofstream(dir.path() / "cmd" / "soak.json")
+      << nlohmann::json{{"seed", 1},
+                        {"scenarios", nlohmann::json::array()},
+                        {"command", {{"argv", nlohmann::json::array({"./prog", "--fast"})}, {"faults", spec}}}}
+             .dump();
+  auto scen = testing::runs("exit/a", 2, 0, outcome::pass, "", 100);
+  scen[0].faults = "sim/stream/op=5%delay(10us)";
+  scen[1].faults = "sim/stream/op=7%delay(1ms)";
+  testing::write_results(dir.path() / "scenarios", scen);
+  std::ofstream(dir.path() / "scenarios" / "soak.json")
+      << nlohmann::json{{"seed", 1},
+                        {"scenarios", nlohmann::json::array({{{"name", "exit/a"},
+                                                              {"fault_space", nlohmann::json::array({"sim/stream/op=1..20%delay(10us..2ms)"})}}})},
+                        {"command", nullptr}}
+             .dump();
+  auto m = load_report({dir.path() / "cmd", dir.path() / "scenarios"});
+  ASSERT_TRUE(m) << m.error().message();
+  ASSERT_EQ(m->variants.size(), 2u);
+  EXPECT_EQ(m->variants[0].faults, spec);
+  EXPECT_EQ(m->variants[0].label, "prog");
+  EXPECT_EQ(m->variants[0].summary.failures, 2u);
+  EXPECT_EQ(m->variants[1].faults, soak_faults_label);
+  EXPECT_EQ(m->variants[1].summary.runs, 2u);
 }
 
 TEST(load_report, spreads_durations_and_builds_the_timeline) {

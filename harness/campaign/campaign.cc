@@ -56,6 +56,7 @@ run_record to_record(const run_report& rep, const variant& v, const std::string&
   r.leaked_shm = rep.evidence.leaked_shm;
   r.timestamp = detail::iso_utc(rep.started);
   r.command = argv;
+  r.kind = v.kind;
   return r;
 }
 
@@ -141,6 +142,10 @@ constexpr const char* soak_files[] = {"soak.json", "soak.json.tmp", "report.html
 
 // `was` may come without its runs counted: they are counted here when the refusal names them.
 core::status choice_status(const fs::path& out_dir, recorded_campaign was, bool resume, bool replace) {
+  if (was.bisect)
+    return core::status(core::errc::already_exists, out_dir.string() + " holds " + was.describe(out_dir) +
+                                                         ": give the campaign a folder of its own (--resume and --replace are for "
+                                                         "campaigns and soaks)");
   if (resume && replace)
     return core::status(core::errc::invalid_argument, "--resume and --replace exclude each other: --resume continues the campaign in " +
                                                           out_dir.string() + ", --replace starts a new one there");
@@ -149,11 +154,12 @@ core::status choice_status(const fs::path& out_dir, recorded_campaign was, bool 
                                                           " holds no campaign or soak to continue (no results.jsonl, campaign.json or "
                                                           "soak.json); leave --resume out to start one there");
   if (!resume && !replace && was.any()) {
-    if (was.results && was.runs == 0) {
+    if (!was.counted) {
       auto counted = find_recorded_campaign(out_dir);
       if (!counted) return counted.error();
       was.runs = counted->runs;
       was.names = std::move(counted->names);
+      was.counted = true;
     }
     return core::status(core::errc::already_exists,
                         out_dir.string() + " holds " + was.describe() + "; --resume continues it, --replace starts a new one");
@@ -163,8 +169,10 @@ core::status choice_status(const fs::path& out_dir, recorded_campaign was, bool 
 
 }  // namespace
 
-std::string recorded_campaign::describe() const {
+std::string recorded_campaign::describe(const fs::path& out_dir) const {
+  if (bisect) return "a bisect (" + (out_dir / bisect_file).string() + ")";
   std::string text = soak ? "a soak" : "a campaign";
+  if (!counted) return text;
   if (runs == 0) return text + " (no run recorded)";
   text += " (" + std::to_string(runs) + (runs == 1 ? " run" : " runs") + " recorded: ";
   constexpr std::size_t shown = 5;
@@ -178,8 +186,10 @@ core::result<recorded_campaign> find_recorded_campaign(const fs::path& out_dir, 
   std::error_code ec;
   r.manifest = fs::exists(out_dir / manifest_file, ec);
   r.soak = fs::exists(out_dir / soak_files[0], ec);
+  r.bisect = fs::exists(out_dir / bisect_file, ec);
   const fs::path results = out_dir / "results.jsonl";
   r.results = fs::exists(results, ec);
+  r.counted = count_runs || !r.results;
   if (!r.results || !count_runs) return r;
   // Line by line, tolerant: a torn or malformed line still counts as a run recorded (what it is
   // is resume's business); only the names of well-formed lines are collected.

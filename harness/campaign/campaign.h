@@ -68,6 +68,9 @@ namespace faultline::harness {
 struct variant {
   std::string name;                      ///< recorded in results ("exit/static-pool", "my_test")
   std::vector<std::string> argv;         ///< the command
+  /// What it is, recorded with each run: with `name` (a scenario) or `argv` (a command) and its
+  /// fault spec, what tells it from other variants in reports and the gate (run_record::kind).
+  variant_kind kind = variant_kind::command;
   std::string faults;                    ///< FAULTLINE_FAULTS for its runs ("" = none)
   std::chrono::milliseconds timeout{default_run_timeout};
   std::vector<std::string> env;          ///< extra "K=V" for its runs
@@ -178,29 +181,38 @@ inline constexpr const char* manifest_file = "campaign.json";
 /// the file is not a manifest, io_error when it cannot be read.
 core::result<std::optional<campaign_manifest>> read_manifest(const std::filesystem::path& out_dir);
 
-/// What an output directory holds of an earlier campaign or soak.
+/// The file a bisect leaves in its output directory (harness/triage/bisect.h).
+inline constexpr const char* bisect_file = "bisect.json";
+
+/// What an output directory holds of an earlier campaign, soak or bisect.
 struct recorded_campaign {
   bool results = false;             ///< OUT/results.jsonl exists
   bool manifest = false;            ///< OUT/campaign.json exists
   bool soak = false;                ///< OUT/soak.json exists (a soak's, soak.h)
+  bool bisect = false;              ///< OUT/bisect.json exists (a bisect's, whose runs are under OUT/samples/)
+  bool counted = false;             ///< `runs` and `names` were read (or there is no results.jsonl)
   std::uint64_t runs = 0;           ///< lines in results.jsonl
   std::vector<std::string> names;   ///< the distinct names of its runs, in the order first recorded
 
-  /// A campaign (results or manifest) or a soak (its state) is there.
-  bool any() const { return results || manifest || soak; }
-  /// "a campaign (7 runs recorded: 'true', 'exit/static-pool')", "a soak (no run recorded)".
-  std::string describe() const;
+  /// A campaign (results or manifest), a soak (its state) or a bisect is there.
+  bool any() const { return results || manifest || soak || bisect; }
+  /// "a bisect (OUT/bisect.json)", "a campaign (7 runs recorded: 'true', 'exit/static-pool')",
+  /// "a soak (no run recorded)"; runs not counted are not mentioned ("a campaign").
+  std::string describe(const std::filesystem::path& out_dir = {}) const;
 };
 
-/// What `out_dir` holds of an earlier campaign; reads only (a missing directory holds nothing).
-/// Without `count_runs` only which files are there (runs and names stay empty): results.jsonl is
-/// not read, which for a soak of a million runs is a pass over every line. Errors: io_error when
-/// results.jsonl exists but cannot be read.
+/// What `out_dir` holds of an earlier campaign, soak or bisect; reads only (a missing directory
+/// holds nothing). Without `count_runs` only which files are there (runs and names stay empty,
+/// `counted` false): results.jsonl is not read, which for a soak of a million runs is a pass over
+/// every line. Errors: io_error when results.jsonl exists but cannot be read.
 core::result<recorded_campaign> find_recorded_campaign(const std::filesystem::path& out_dir, bool count_runs = true);
 
 /// Whether a campaign may start in `out_dir` with this choice: `resume` needs something there to
 /// continue; without `resume` or `replace` a campaign (or soak) there is refused, naming it, so
-/// that a mistyped command never replaces one. Errors (all before anything is written):
+/// that a mistyped command never replaces one; a bisect's folder is refused whatever the choice
+/// (a campaign there would be read with the bisect's runs, and --replace does not clear a
+/// bisect). Errors (all before anything is written): already_exists for a bisect there
+/// ("OUT holds a bisect (OUT/bisect.json): give the campaign a folder of its own");
 /// invalid_argument for `resume` with `replace`, or `resume` with nothing to continue;
 /// already_exists for a campaign there and neither flag ("OUT holds a campaign (N runs
 /// recorded: ...); --resume continues it, --replace starts a new one"); io_error as

@@ -8,6 +8,7 @@ variant scenario_variant(const scenario_info& sc, std::string name, std::string 
                          std::vector<std::string> env, const std::filesystem::path& bin) {
   variant v;
   v.name = std::move(name);
+  v.kind = variant_kind::scenario;
   v.argv = {bin.string(), "run", sc.name};
   v.faults = std::move(faults);
   v.timeout = timeout;

@@ -48,6 +48,24 @@ std::optional<phase> phase_from_string(std::string_view s) noexcept {
   return std::nullopt;
 }
 
+std::string_view to_string(variant_kind k) noexcept { return k == variant_kind::command ? "command" : "scenario"; }
+
+std::optional<variant_kind> variant_kind_from_string(std::string_view s) noexcept {
+  if (s == "scenario") return variant_kind::scenario;
+  if (s == "command") return variant_kind::command;
+  return std::nullopt;
+}
+
+variant_identity identity_of(const run_record& r) {
+  const auto& c = r.command;
+  variant_kind kind = variant_kind::command;
+  if (r.kind) kind = *r.kind;
+  else if (c.empty() || (c.size() == 3 && c[1] == "run" && (r.name == c[2] || r.name.rfind(c[2] + "@", 0) == 0)))
+    kind = variant_kind::scenario;
+  if (kind == variant_kind::scenario || c.empty()) return {variant_kind::scenario, {r.name}};
+  return {variant_kind::command, c};
+}
+
 std::string signal_name(int sig) {
   if (sig >= SIGRTMIN && sig <= SIGRTMAX) {
     return sig == SIGRTMIN ? "SIGRTMIN" : "SIGRTMIN+" + std::to_string(sig - SIGRTMIN);
@@ -133,6 +151,7 @@ void to_json(nlohmann::json& j, const run_record& r) {
       {"timestamp", r.timestamp},
       {"command", r.command},
   };
+  if (r.kind) j["kind"] = to_string(*r.kind);
   if (!r.points_reached.empty()) j["points_reached"] = r.points_reached;
   if (!r.frames.empty()) j["frames"] = r.frames;
   if (!r.late_cuda.empty()) {
@@ -174,6 +193,11 @@ void from_json(const nlohmann::json& j, run_record& r) {
   r.leaked_shm = j.value("leaked_shm", std::vector<std::string>{});
   r.timestamp = str("timestamp");
   r.command = j.value("command", std::vector<std::string>{});
+  r.kind.reset();
+  if (auto it = j.find("kind"); it != j.end() && !it->is_null()) {
+    r.kind = variant_kind_from_string(it->get<std::string>());
+    if (!r.kind) throw nlohmann::json::other_error::create(501, "unknown kind " + it->dump(), &j);
+  }
   r.points_reached = j.value("points_reached", std::vector<std::string>{});
   r.late_cuda.clear();
   if (auto late = j.find("late_cuda"); late != j.end()) {

@@ -11,10 +11,11 @@
 //   auto all = harness::read_results("out/results.jsonl");
 //
 // Line format (fields always present, null where not applicable, except "points_reached",
-// "frames", "late_cuda" and "ranks", which are left out when empty):
+// "frames", "late_cuda" and "ranks", which are left out when empty, and "kind", which files
+// written before it was recorded lack):
 //   {"run_id","run","name","seed","faults","injected","outcome","phase","exit_code",
 //    "signal":{"name","number"},"duration_ms","signature","log","stacks","frames","leaked_pids",
-//    "leaked_shm","timestamp","command","points_reached","late_cuda","ranks"}
+//    "leaked_shm","timestamp","command","kind","points_reached","late_cuda","ranks"}
 // "stacks" is a hang's stack dump (runs/RUN/stacks.txt) or a crash's (runs/RUN/crash-stacks.txt);
 // "frames" the top frames of the stack its signature was made from ("f  (module)", top first).
 // Paths ("log", "stacks") are relative to the directory that holds the results file, so an output
@@ -52,6 +53,14 @@ std::string_view to_string(phase p) noexcept;
 /// Inverse of to_string; nullopt for an unknown name.
 std::optional<outcome> outcome_from_string(std::string_view s) noexcept;
 std::optional<phase> phase_from_string(std::string_view s) noexcept;
+
+/// What a variant is (DESIGN.md §10.4): a scenario of the catalog, run as the scenario binary's
+/// `run NAME`, or a user's command.
+enum class variant_kind { scenario, command };
+
+/// "scenario", "command"; inverse of to_string (nullopt for another name).
+std::string_view to_string(variant_kind k) noexcept;
+std::optional<variant_kind> variant_kind_from_string(std::string_view s) noexcept;
 
 /// Every outcome, in report order.
 inline constexpr outcome all_outcomes[] = {outcome::pass, outcome::fail, outcome::crash,
@@ -120,6 +129,9 @@ struct run_record {
   std::vector<std::string> leaked_shm;  ///< /dev/shm entries left behind (removed)
   std::string timestamp;           ///< start time, ISO 8601 UTC with milliseconds
   std::vector<std::string> command;     ///< argv of the run's process
+  /// What its variant is ("kind" in JSON), set by the campaign from variant::kind. Records written
+  /// before the field existed have none (nullopt; identity_of tells them apart by their command).
+  std::optional<variant_kind> kind;
   /// Fault-spec point patterns that some process of the run reached (its points.PID files),
   /// sorted, each once. Empty when the run had no faults or reached none of them.
   std::vector<std::string> points_reached;
@@ -130,6 +142,22 @@ struct run_record {
   /// collective, which outside it, which dead ("ranks" in JSON, left out when empty).
   std::vector<nccl_rank_record> ranks;
 };
+
+/// What tells one variant from another in reports and the gate (DESIGN.md §10.4), with its fault
+/// spec: a scenario by its variant name ("exit/a", verify's "exit/a@bug/x"; the path of the
+/// binary that ran it is not part of it, so a baseline from one machine matches runs on
+/// another); a command by its whole argv as given, script and arguments included (`python3 a.py`
+/// and `python3 b.py` are two variants, `./v1/t` and `./v2/t` too).
+struct variant_identity {
+  variant_kind kind = variant_kind::scenario;
+  std::vector<std::string> what;  ///< {name} for a scenario; the argv for a command
+  auto operator<=>(const variant_identity&) const = default;
+};
+
+/// The identity of the variant `r` is a run of. A record without `kind` (written before it was
+/// recorded) is a scenario's when it has no command or its command is `BIN run S` and its name is
+/// S or S@POINT, as the scenario binary's runs are recorded; any other is a command's.
+variant_identity identity_of(const run_record& r);
 
 /// "SIGSEGV" for 11; "SIGRTMIN+7" for real-time signals; "SIG<n>" when unknown.
 std::string signal_name(int sig);

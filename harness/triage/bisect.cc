@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 
+#include "harness/campaign/out_lock.h"
 #include "harness/campaign/state_file.h"
 #include "harness/detail/sys.h"
 #include "harness/run/process.h"
@@ -151,7 +152,7 @@ struct bisector {
 
   // bisect.json, replaced whole (state_file.h) after every commit and at the end: a reader, or a
   // bisect killed while it writes, never leaves half of one.
-  core::status save() const { return write_state_file(o.out_dir / "bisect.json", nlohmann::json(to_record(r, o))); }
+  core::status save() const { return write_state_file(o.out_dir / bisect_file, nlohmann::json(to_record(r, o))); }
 
   core::status endpoints(const std::string& good, const std::string& bad);
   core::status search(const std::vector<std::string>& commits);
@@ -235,9 +236,15 @@ core::result<bisect_result> run_bisect(const bisect_options& o) {
     if (nl > at) commits.push_back(list->substr(at, nl - at));
     at = nl + 1;
   }
-  std::error_code ec;
-  fs::create_directories(o.out_dir, ec);
-  if (ec) return core::status(core::errc::io_error, "cannot create " + o.out_dir.string() + ": " + ec.message());
+  // A folder of its own, held while the bisect writes into it: a campaign there would be read
+  // back with the bisect's samples, and a second bisect would replace its bisect.json.
+  auto out_lock = out_dir_lock::acquire(o.out_dir);  // creates the folder
+  if (!out_lock) return out_lock.error();
+  auto held = find_recorded_campaign(o.out_dir);
+  if (!held) return held.error();
+  if (held->any())
+    return core::status(core::errc::already_exists,
+                        o.out_dir.string() + " holds " + held->describe(o.out_dir) + ": give the bisect a folder of its own");
   bisector b{o, worktrees(o.repo), sampler(o.run_settings, o.out_dir / "samples"), {}, {}, {}};
   b.r.commits = commits.size();
   if (auto s = b.endpoints(revs->first, revs->second); !s) return s;

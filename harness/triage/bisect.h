@@ -78,8 +78,12 @@ struct bisect_result {
 core::result<std::pair<std::string, std::string>> resolve_revisions(const std::filesystem::path& repo, const std::string& good,
                                                                    const std::string& bad);
 
-/// Bisects. Errors: invalid_argument as resolve_revisions; io_error when a worktree cannot be
-/// made; run_campaign's errors. Endpoints that do not differ are no error: `problem` says so.
+/// Bisects. The output folder is held (out_lock.h) while it runs, as a campaign holds its own, and
+/// must be a folder of its own: one holding a campaign, a soak or an earlier bisect is refused.
+/// Errors: invalid_argument as resolve_revisions; already_exists for such a folder ("OUT holds a
+/// bisect (OUT/bisect.json)"); busy when another campaign or bisect holds it; io_error when a
+/// worktree cannot be made; run_campaign's errors. Endpoints that do not differ are no error:
+/// `problem` says so.
 core::result<bisect_result> run_bisect(const bisect_options& o);
 
 /// bisect.json (reports/ reads it back: triage_records.h).

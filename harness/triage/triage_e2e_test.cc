@@ -210,5 +210,41 @@ TEST_F(bisect_e2e, bad_arguments_are_usage_errors_before_anything_runs) {
   EXPECT_EQ(git({"worktree", "list", "--porcelain"}).find("worktree", 1), std::string::npos);
 }
 
+TEST_F(bisect_e2e, its_folder_is_kept_apart_like_a_campaign_s) {
+  // Issue 38: a second bisect into a bisect's --out replaced its bisect.json; an exec --out
+  // there was accepted (and a report of the folder then merged both); and the refusal of a
+  // campaign's folder said "(no run recorded)" of a campaign of 3 runs.
+  const auto c = history(6);
+  const fs::path folder = dir_.path() / "bisect";
+  fs::create_directories(folder);
+  const std::string earlier = R"({"good": ")" + c[0] + R"(", "bad": ")" + c[7] + R"(", "first_bad": ")" + c[5] + "\"}\n";
+  std::ofstream(folder / "bisect.json") << earlier;
+
+  auto again = bisect({"--good", c[0], "--bad", c[7], "--", "./crash.sh"});
+  EXPECT_EQ(again.status, 2) << again.out << again.err;
+  EXPECT_NE(again.err.find(folder.string() + " holds a bisect"), std::string::npos) << again.err;
+  EXPECT_EQ(slurp(folder / "bisect.json"), earlier);
+
+  for (const auto* replace : {"", "--replace"}) {
+    std::vector<std::string> args = {"exec", "--repeat", "1", "--out", folder.string()};
+    if (*replace) args.push_back(replace);
+    args.insert(args.end(), {"--", program("fl_testdata_pass").string()});
+    auto exec = run_faultline(args);
+    EXPECT_EQ(exec.status, 2) << replace << ": " << exec.out << exec.err;
+    EXPECT_NE(exec.err.find(folder.string() + " holds a bisect"), std::string::npos) << exec.err;
+    EXPECT_FALSE(fs::exists(folder / "results.jsonl")) << replace;
+  }
+  EXPECT_EQ(slurp(folder / "bisect.json"), earlier);
+
+  const fs::path campaign = dir_.path() / "campaign";
+  auto runs = run_faultline({"exec", "--repeat", "3", "--out", campaign.string(), "--", program("fl_testdata_pass").string()});
+  ASSERT_EQ(runs.status, 0) << runs.err;
+  auto into = run_faultline({"bisect", "--repo", repo().string(), "--good", c[0], "--bad", c[7], "--out", campaign.string(), "--",
+                             "./crash.sh"});
+  EXPECT_EQ(into.status, 2) << into.out << into.err;
+  EXPECT_NE(into.err.find("holds a campaign (3 runs recorded"), std::string::npos) << into.err;
+  EXPECT_FALSE(fs::exists(campaign / "bisect.json"));
+}
+
 }  // namespace
 }  // namespace faultline::harness

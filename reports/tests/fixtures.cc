@@ -62,6 +62,15 @@ std::vector<harness::run_record> runs(const std::string& name, std::uint64_t cou
   return out;
 }
 
+std::vector<harness::run_record> command_runs(const std::vector<std::string>& argv, std::uint64_t count, std::uint64_t failures,
+                                              harness::outcome result, const std::string& signature, std::uint64_t first_run,
+                                              const std::string& faults) {
+  const std::string name = fs::path(argv.at(0)).filename().string();
+  auto out = runs(name, count, failures, result, signature, first_run, 1, faults);
+  for (auto& r : out) r.command = argv;
+  return out;
+}
+
 fs::path write_results(const fs::path& dir, const std::vector<harness::run_record>& records, const std::string& tail) {
   fs::create_directories(dir);
   const fs::path file = dir / "results.jsonl";

@@ -39,6 +39,12 @@ std::vector<harness::run_record> runs(const std::string& name, std::uint64_t cou
                                       harness::outcome result = harness::outcome::crash, const std::string& signature = "",
                                       std::uint64_t first_run = 0, std::uint64_t stride = 1, const std::string& faults = "");
 
+/// `count` runs of a user's command `argv` as `faultline exec` records them (named for its
+/// program, `argv` as the command), otherwise as runs() makes them.
+std::vector<harness::run_record> command_runs(const std::vector<std::string>& argv, std::uint64_t count, std::uint64_t failures = 0,
+                                              harness::outcome result = harness::outcome::crash, const std::string& signature = "",
+                                              std::uint64_t first_run = 0, const std::string& faults = "");
+
 /// Writes DIR/results.jsonl (creating DIR) with one line per record, then `tail` verbatim.
 /// Returns the file's path.
 std::filesystem::path write_results(const std::filesystem::path& dir, const std::vector<harness::run_record>& records,
