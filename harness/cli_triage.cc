@@ -30,8 +30,11 @@ constexpr const char* bisect_about = R"(Find the commit that raised a failure ra
   faultline bisect --good REV --bad REV [--build CMD] [OPTIONS] -- COMMAND [ARGS...]
 Run in a git checkout. Each commit tested is checked out into a worktree of its own (git worktree
 add --detach, in a temporary folder outside the checkout, removed after), built there with --build
-(run by /bin/sh in the worktree; a commit whose build fails is skipped), and COMMAND is run there
-as `faultline exec` runs it, with seeds S, S+1, ... at every commit. A run counts when it fails
+(run by /bin/sh in the worktree; a commit whose build fails is skipped), COMMAND's program is
+checked there as `faultline exec` checks it (a relative path in the worktree: without --build, a
+worktree holds only what its commit tracks; a program missing at --good or --bad is refused before
+any run, at a commit between them skips it), and COMMAND is run there as `faultline exec` runs it,
+with seeds S, S+1, ... at every commit. A run counts when it fails
 (any outcome but pass), or with --signature when its signature contains TEXT. The good and bad
 revisions are run --runs times each and must differ (the gate's one-sided Fisher exact test at
 --alpha). A commit between them is run in batches of --batch, with a look after each, until it is
@@ -259,6 +262,7 @@ int cmd_bisect(const bisect_args& a, cli_context& ctx) {
   if (auto held = find_recorded_campaign(a.out, false); held && held->any())
     throw usage_error{"--out " + a.out + " holds " + held->describe() + ": give the bisect a folder of its own"};
   o.build = a.build;
+  o.program = cmd[0];
   o.out_dir = a.out;
   if (!a.signature.empty()) o.signature = a.signature;
   o.seed = a.seed.empty() ? static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
