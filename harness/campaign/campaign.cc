@@ -449,7 +449,7 @@ core::status campaign::resume_run(const run_record& r, std::uint64_t line, bool 
 core::result<campaign_result> campaign::perform() {
   const std::uint64_t owned = owned_runs(numbering_.total(), o_.part);
   const std::uint64_t to_perform = owned - std::min(owned, tally_.resumed());
-  progress_.emplace(o_.progress, o_.progress_tty, o_.deadline ? 0 : to_perform, o_.progress_interval);
+  progress_.emplace(o_.progress, o_.progress_tty, o_.deadline ? 0 : owned, o_.progress_interval, tally_.resumed());
   if (o_.progress_suffix) progress_->set_suffix(o_.progress_suffix);
   warn_.through(&*progress_);
   scheduler_.emplace(o_, numbering_, std::move(tally_), &*progress_);
