@@ -238,6 +238,13 @@ int print_soak_result(const soak_args& a, const soak_options& o, const soak_resu
   if (!r.report_markdown.empty()) ctx.err << "faultline: summary: " << fs::absolute(r.report_markdown).string() << "\n";
   ctx.out.flush();
   if (c.interrupted) {
+    // A soak has a budget, not a run count: what is left of it is what was not performed.
+    const auto left = std::chrono::duration_cast<std::chrono::seconds>(o.budget - std::min(r.spent, o.budget));
+    if (!a.json)
+      ctx.out << paint.red("interrupted: " + format_duration(left) + " of the " + format_duration(o.budget) +
+                           " budget not spent; --resume continues")
+              << "\n";
+    ctx.out.flush();
     ctx.err << "faultline: interrupted; continue with the same command and --resume\n";
     return exit_interrupted;
   }

@@ -235,7 +235,11 @@ int cmd_verify(const raw_args& a, cli_context& ctx) {
     const auto& rw = plan.rows[i];
     const verify_check c = judge(rw, v);
     all_ok = all_ok && c.ok;
-    if (s.json) ctx.out << verify_json(rw, plan.variants[i], v, c, s).dump() << "\n";
+    if (s.json) {
+      auto j = verify_json(rw, plan.variants[i], v, c, s);
+      mark_interrupted(j, *r);
+      ctx.out << j.dump() << "\n";
+    }
     table.push_back({rw.scenario, rw.variant_label, std::to_string(v.runs), std::to_string(c.hits), v.runs ? percent(c.rate) : "-",
                      rw.clean ? "= 0" : ">= " + percent(rw.required), c.ok ? "OK" : "FAIL"});
   }
@@ -244,7 +248,9 @@ int cmd_verify(const raw_args& a, cli_context& ctx) {
     for (std::size_t i = 0; i < plan.rows.size(); ++i)
       if (sums[i].points_never_reached && !sums[i].points_never_reached->empty())
         ctx.out << plan.rows[i].scenario << " " << plan.rows[i].variant_label << ": " << points_warning(*sums[i].points_never_reached) << "\n";
-    ctx.out << (all_ok ? "verify: all checks hold\n" : "verify: some checks FAILED\n");
+    // An interrupted verify judged fewer runs than it was made of: no "all checks hold".
+    if (r->interrupted) ctx.out << "verify: " << interrupted_line(*r) << (all_ok ? "" : " (some checks FAILED already)") << "\n";
+    else ctx.out << (all_ok ? "verify: all checks hold\n" : "verify: some checks FAILED\n");
   }
   ctx.out.flush();
   if (r->interrupted) return exit_interrupted;

@@ -93,6 +93,7 @@ TEST_F(cli_e2e, exec_json_summary_has_the_contract_fields_and_a_replay_line) {
   EXPECT_FALSE(j["containment"].get<std::string>().empty());  // which containment held the runs
   EXPECT_TRUE(j["crash_capture"] == "core" || j["crash_capture"] == "none") << j["crash_capture"];
   EXPECT_TRUE(j["runs_needed"].is_number());
+  EXPECT_EQ(j["interrupted"], false);
   const std::string repro = j["repro"];
   EXPECT_NE(repro.find("faultline exec --seed 7 --repeat 1"), std::string::npos) << repro;
   EXPECT_NE(repro.find(program("fl_testdata_fail").string()), std::string::npos) << repro;
@@ -495,6 +496,46 @@ TEST_F(cli_e2e, interrupt_kills_the_runs_in_flight_and_exits_130) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 130);
   EXPECT_EQ(processes_running("303.75"), std::vector<pid_t>{});
+}
+
+// Issue 38 (8): an interrupted campaign (SIGINT, exit 130) printed a summary that read like a
+// finished campaign's. It now says how many of its runs were not performed, and --json says so too.
+TEST_F(cli_e2e, an_interrupted_campaign_says_how_many_runs_were_not_performed) {
+  for (const bool json : {false, true}) {
+    const std::string o = out() + (json ? "-json" : "-text");
+    const fs::path printed = dir_.path() / (json ? "stdout-json" : "stdout-text");
+    // Runs 0 and 1 (seeds 0 and 1) pass at once; run 2 sleeps until the interrupt.
+    const std::string faultline = detail::shell_quote((testing::bin_dir() / "faultline").string());
+    const std::string script = "if [ $FAULTLINE_SEED -ge 2 ]; then exec sleep 305.25; fi";
+    spawn_options so;
+    so.argv = {"/bin/sh", "-c",
+               "exec " + faultline + " exec --repeat 10 --seed 0 --jobs 1 --timeout 5m --no-stacks" + (json ? " --json" : "") +
+                   " --out " + detail::shell_quote(o) + " -- /bin/sh -c " + detail::shell_quote(script) + " >" +
+                   detail::shell_quote(printed.string()) + " 2>/dev/null"};
+    so.envp = current_environment();
+    auto c = spawn(so);
+    ASSERT_TRUE(c) << c.error().message();
+    for (int i = 0; i < 500 && processes_running("305.25").empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_EQ(processes_running("305.25").size(), 1u);
+    c->signal(SIGINT);
+    ASSERT_TRUE(c->wait_exit_for(std::chrono::seconds(60)));
+    const int status = c->reap();
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 130);
+    const std::string text = slurp(printed);
+    if (json) {
+      auto lines = json_lines(text);
+      ASSERT_EQ(lines.size(), 1u) << text;
+      EXPECT_EQ(lines[0]["runs"], 2) << text;
+      EXPECT_EQ(lines[0]["interrupted"], true) << text;
+      EXPECT_EQ(lines[0]["campaign_runs_planned"], 10) << text;
+      EXPECT_EQ(lines[0]["campaign_runs_not_performed"], 8) << text;
+    } else {
+      EXPECT_NE(text.find("sh: 2 runs, pass 2"), std::string::npos) << text;
+      EXPECT_NE(text.find("\ninterrupted: 8 of 10 runs not performed; --resume continues\n"), std::string::npos) << text;
+    }
+  }
+  EXPECT_EQ(processes_running("305.25"), std::vector<pid_t>{});
 }
 
 }  // namespace

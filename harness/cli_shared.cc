@@ -410,6 +410,24 @@ nlohmann::json summary_json(const variant_summary& v, const settings& s, const s
   return j;
 }
 
+std::string interrupted_line(const campaign_result& r) {
+  std::string s = "interrupted: ";
+  if (r.planned) {
+    const std::uint64_t left = r.not_performed();
+    s += std::to_string(left) + " of " + std::to_string(r.planned) + (r.planned == 1 ? " run" : " runs") + " not performed";
+  } else {
+    s += "the campaign did not finish";
+  }
+  return s + "; --resume continues";
+}
+
+void mark_interrupted(nlohmann::json& j, const campaign_result& r) {
+  j["interrupted"] = r.interrupted;
+  if (!r.interrupted || !r.planned) return;
+  j["campaign_runs_planned"] = r.planned;
+  j["campaign_runs_not_performed"] = r.not_performed();
+}
+
 std::string points_warning(const std::vector<std::string>& points) {
   std::string text = "warning: enabled fault points never reached in any run: ";
   for (std::size_t i = 0; i < points.size(); ++i) text += (i ? ", " : "") + points[i];
@@ -469,10 +487,16 @@ int report_runs(const std::vector<variant>& variants, settings& s, cli_context& 
   bool all_pass = r->stray_pids.empty() && r->stray_shm.empty();
   for (const auto& v : r->summaries) {
     std::string rp = v.first_failure ? repro(*v.first_failure) : std::string();
-    if (s.json) ctx.out << summary_json(v, s, rp).dump() << "\n";
-    else print_human(v, s, rp, paint, ctx.out);
+    if (s.json) {
+      auto j = summary_json(v, s, rp);
+      mark_interrupted(j, *r);
+      ctx.out << j.dump() << "\n";
+    } else {
+      print_human(v, s, rp, paint, ctx.out);
+    }
     all_pass = all_pass && v.failures == 0;
   }
+  if (r->interrupted && !s.json) ctx.out << paint.red(interrupted_line(*r)) << "\n";
   ctx.out.flush();
   if (r->interrupted) return exit_interrupted;
   return all_pass ? exit_ok : exit_failed;

@@ -128,6 +128,12 @@ variant command_variant(const std::vector<std::string>& cmd, const command_flags
 std::string percent(double v);
 nlohmann::json summary_json(const variant_summary& v, const settings& s, const std::string& repro);
 std::string points_warning(const std::vector<std::string>& points);
+/// "interrupted: 8 of 10 runs not performed; --resume continues": what the summary of an
+/// interrupted campaign ends with, so that it never reads as a finished one.
+std::string interrupted_line(const campaign_result& r);
+/// A --json summary's "interrupted" (true or false), and when true the campaign's
+/// "campaign_runs_planned" and "campaign_runs_not_performed" (where it has a run count).
+void mark_interrupted(nlohmann::json& j, const campaign_result& r);
 void print_human(const variant_summary& v, const settings& s, const std::string& repro, const painter& paint,
                  std::ostream& out);
 std::string repro_flags(const run_record& r, const settings& s);

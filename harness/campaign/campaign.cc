@@ -572,6 +572,7 @@ core::result<campaign_result> campaign::result(unsigned threads, const std::vect
   r.jobs = threads;
   r.resumed = scheduler_->resumed();
   r.performed = scheduler_->performed();
+  r.planned = o_.deadline ? 0 : owned_runs(numbering_.total(), o_.part);
   r.stopped_early = scheduler_->stopped_early();
   r.deadline_reached = scheduler_->deadline_reached();
   r.interrupted = o_.cancel && o_.cancel->load();

@@ -42,6 +42,7 @@
 // `check_shm` attribution matters (it is then only done with one job).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -151,6 +152,7 @@ struct campaign_result {
   std::vector<variant_summary> summaries;  ///< one per variant, in the order of `variants`
   std::uint64_t performed = 0;           ///< runs performed by this call
   std::uint64_t resumed = 0;             ///< runs found already recorded (resume), counted once
+  std::uint64_t planned = 0;             ///< runs this campaign (its shard) is made of; 0 with a deadline
   unsigned jobs = 0;                     ///< runs that were in flight at once, at most
   std::vector<std::string> warnings;     ///< every warning given through `warn`, in order
   bool interrupted = false;              ///< cancelled before the end
@@ -158,6 +160,9 @@ struct campaign_result {
   std::vector<int> stray_pids;           ///< unattributed processes killed at the end
   std::vector<std::string> stray_shm;    ///< /dev/shm/faultline* entries left (removed)
   bool deadline_reached = false;         ///< the deadline stopped it before `repeat` ran out
+
+  /// Runs of `planned` neither recorded before nor performed now (what --resume would run).
+  std::uint64_t not_performed() const { return planned - std::min(planned, resumed + performed); }
 };
 
 /// "exit-static-pool.s42": the variant name made file-safe, plus the seed.
