@@ -468,15 +468,32 @@ void print_human(const variant_summary& v, const settings& s, const std::string&
   }
 }
 
-// The options that replay one run: its seed and faults, the timeout and environment it had.
+std::vector<std::string> replay_options(std::optional<std::chrono::milliseconds> timeout, const std::vector<std::string>& user_env,
+                                        crash_capture crash, bool no_preload, bool late_cuda) {
+  std::vector<std::string> o;
+  if (timeout) o.insert(o.end(), {"--timeout", format_duration(*timeout)});
+  for (const auto& kv : user_env) o.insert(o.end(), {"--env", kv});
+  // A signal handler in the crashing process changes how exit races end, and the capture used
+  // decides the signature: a replay that is to show the same failure captures it the same way.
+  if (crash != crash_capture::automatic) o.insert(o.end(), {"--crash-capture", std::string(to_string(crash))});
+  if (no_preload) o.push_back("--no-preload");
+  if (late_cuda && !no_preload) o.push_back("--late-cuda");
+  return o;
+}
+
+// The options that replay one run: its seed and faults, and the options it recorded (`replay`).
 // A repro line replays into a directory of its own (--replace: it is scratch), never into the
 // campaign that printed it, which the default --out may hold; an --out added after it wins.
-std::string repro_flags(const run_record& r, const settings& s) {
+std::string repro_flags(const run_record& r) {
   std::string cmd = " --seed " + std::to_string(r.seed) + " --repeat 1 --out faultline-repro --replace";
   if (!r.faults.empty()) cmd += " --faults " + detail::shell_quote(r.faults);
-  if (s.timeout) cmd += " --timeout " + format_duration(*s.timeout);
-  for (const auto& kv : s.user_env) cmd += " --env " + detail::shell_quote(kv);
+  for (const auto& word : r.replay) cmd += " " + detail::shell_quote(word);
   return cmd;
+}
+
+// The exec line that replays one run of a command (exec's, or a command soak's).
+std::string exec_repro(const run_record& r) {
+  return std::string("faultline exec") + repro_flags(r) + " -- " + detail::shell_join(r.command);
 }
 
 int report_runs(const std::vector<variant>& variants, settings& s, cli_context& ctx,
@@ -543,10 +560,5 @@ variant command_variant(const std::vector<std::string>& cmd, const command_flags
   return v;
 }
 
-// The exec line that replays one run of a command (exec's, or a command soak's).
-std::string exec_repro(const run_record& r, const settings& s, const command_flags& f) {
-  return std::string("faultline exec") + repro_flags(r, s) + (f.no_preload ? " --no-preload" : "") +
-         (f.late_cuda && !f.no_preload ? " --late-cuda" : "") + " -- " + detail::shell_join(r.command);
-}
 
 }  // namespace faultline::harness::cli_detail

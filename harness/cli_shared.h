@@ -136,8 +136,14 @@ std::string interrupted_line(const campaign_result& r);
 void mark_interrupted(nlohmann::json& j, const campaign_result& r);
 void print_human(const variant_summary& v, const settings& s, const std::string& repro, const painter& paint,
                  std::ostream& out);
-std::string repro_flags(const run_record& r, const settings& s);
-std::string exec_repro(const run_record& r, const settings& s, const command_flags& f);
+/// The options that change what a run does, as its replay line gives them again (a run record's
+/// `replay`): --timeout when given, each --env, --crash-capture when not auto, --no-preload,
+/// --late-cuda. Made here once; every repro line, the command's and the reports', reads them
+/// from the record.
+std::vector<std::string> replay_options(std::optional<std::chrono::milliseconds> timeout, const std::vector<std::string>& user_env,
+                                        crash_capture crash, bool no_preload, bool late_cuda);
+std::string repro_flags(const run_record& r);
+std::string exec_repro(const run_record& r);
 int report_runs(const std::vector<variant>& variants, settings& s, cli_context& ctx,
                 const std::function<std::string(const run_record&)>& repro);
 

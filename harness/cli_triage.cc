@@ -172,11 +172,10 @@ int cmd_shrink(const shrink_args& a, cli_context& ctx) {
   run_record best = o.target;
   best.seed = r->repro_seed;
   best.faults = r->minimal;
-  settings s;
-  s.timeout = parse_timeout(a.common.timeout);
-  s.user_env = a.common.env;
-  const std::string repro = catalog ? "faultline run " + detail::shell_quote(best.name) + repro_flags(best, s)
-                                    : exec_repro(best, s, a.common.flags);
+  // What the shrink's runs had (its own options, which the user gives as the campaign had them).
+  best.replay = replay_options(parse_timeout(a.common.timeout), a.common.env, o.run_settings.crash, !catalog && a.common.flags.no_preload,
+                               !catalog && a.common.flags.late_cuda);
+  const std::string repro = catalog ? "faultline run " + detail::shell_quote(best.name) + repro_flags(best) : exec_repro(best);
   if (a.json) ctx.out << nlohmann::json(to_record(*r, o.target)).dump() << "\n";
   else print_shrink(*r, o.target, repro, o.work_dir, ctx.out);
   ctx.out.flush();

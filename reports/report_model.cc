@@ -230,6 +230,9 @@ bool plants_bug_point(std::string_view faults) {
 std::string repro_command(const run_record& r) {
   std::string flags = " --seed " + std::to_string(r.seed) + " --repeat 1";
   if (!r.faults.empty()) flags += " --faults " + core::io::shell_quote(r.faults);
+  // The options that changed what the run did (--timeout, --env, --no-preload, ...), as the
+  // command that made it recorded them: without its --timeout a replayed hang waits 10 minutes.
+  for (const auto& word : r.replay) flags += " " + core::io::shell_quote(word);
   // A scenario's runs are the scenario binary's `run NAME`, under the scenario's name (verify's
   // bug variants add "@POINT").
   const auto& c = r.command;

@@ -163,7 +163,8 @@ core::result<std::vector<std::filesystem::path>> find_results(const std::vector<
 core::result<report_model> load_report(const std::vector<std::filesystem::path>& paths);
 
 /// The command line that replays `r` alone: `faultline run SCENARIO` for a scenario (its command
-/// is the scenario binary's `run`), `faultline exec -- CMD` otherwise, with its seed and faults.
+/// is the scenario binary's `run`), `faultline exec -- CMD` otherwise, with its seed and faults
+/// and the options it recorded as changing what it did (`replay`: --timeout, --env, ...).
 std::string repro_command(const harness::run_record& r);
 
 }  // namespace faultline::reports

@@ -55,6 +55,7 @@ run_record to_record(const run_report& rep, const variant& v, const std::string&
   r.leaked_shm = rep.evidence.leaked_shm;
   r.timestamp = detail::iso_utc(rep.started);
   r.command = argv;
+  r.replay = v.replay;
   return r;
 }
 

@@ -79,6 +79,9 @@ struct variant {
   /// only while the slots of the runs in flight plus its own stay within jobs (at most jobs each).
   /// Runs still start in run-number order: a wide run waits for room rather than being overtaken.
   unsigned slots = 1;
+  /// The options of the command line that made it which change what its runs do (timeout, env,
+  /// preload, crash capture), as a replay gives them again: recorded in each run's `replay`.
+  std::vector<std::string> replay;
 };
 
 /// Which runs keep their log and run directory once recorded.

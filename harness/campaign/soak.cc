@@ -309,6 +309,12 @@ std::vector<variant> soak_variants(const soak_options& o) {
   for (const auto& sc : o.scenarios) {
     const milliseconds timeout(static_cast<std::int64_t>(static_cast<double>(sc.timeout.count()) * o.timeout_scale));
     variants.push_back(scenario_variant(sc, sc.name, "", timeout, {}, o.scenario_binary));
+    // A scaled timeout is not the scenario's own: its replay must give it.
+    variants.back().replay = o.replay;
+    if (timeout != sc.timeout) {
+      variants.back().replay.push_back("--timeout");
+      variants.back().replay.push_back(format_duration(timeout));
+    }
   }
   return variants;
 }

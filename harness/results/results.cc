@@ -133,6 +133,7 @@ void to_json(nlohmann::json& j, const run_record& r) {
       {"timestamp", r.timestamp},
       {"command", r.command},
   };
+  if (!r.replay.empty()) j["replay"] = r.replay;
   if (!r.points_reached.empty()) j["points_reached"] = r.points_reached;
   if (!r.frames.empty()) j["frames"] = r.frames;
   if (!r.late_cuda.empty()) {
@@ -174,6 +175,7 @@ void from_json(const nlohmann::json& j, run_record& r) {
   r.leaked_shm = j.value("leaked_shm", std::vector<std::string>{});
   r.timestamp = str("timestamp");
   r.command = j.value("command", std::vector<std::string>{});
+  r.replay = j.value("replay", std::vector<std::string>{});
   r.points_reached = j.value("points_reached", std::vector<std::string>{});
   r.late_cuda.clear();
   if (auto late = j.find("late_cuda"); late != j.end()) {
