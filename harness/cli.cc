@@ -16,6 +16,7 @@
 #include "harness/cores_cli.h"
 #include "harness/detail/sys.h"
 #include "harness/region_cli.h"
+#include "harness/results/counted.h"
 #include "harness/version.h"
 #include "harness/run/containment.h"
 #include "reports/commands.h"
@@ -214,7 +215,7 @@ int print_soak_result(const soak_args& a, const soak_options& o, const soak_resu
   const campaign_result& c = r.campaign;
   ctx.err << "faultline: seed " << r.seed << "; " << format_duration(std::chrono::duration_cast<std::chrono::seconds>(r.spent))
           << " of the " << format_duration(o.budget)
-          << " budget spent" << (c.resumed ? "; " + std::to_string(c.resumed) + " runs were recorded before this resume" : "")
+          << " budget spent" << (c.resumed ? "; " + counted(c.resumed, "run was", "runs were") + " recorded before this resume" : "")
           << "\n";
   painter paint{ctx.out_tty && !std::getenv("NO_COLOR")};
   settings s;

@@ -498,6 +498,61 @@ TEST_F(cli_e2e, interrupt_kills_the_runs_in_flight_and_exits_130) {
   EXPECT_EQ(processes_running("303.75"), std::vector<pid_t>{});
 }
 
+// Issue 38 (11): where every core in a directory has one name, the crash-capture header said "a
+// core replaced within microseconds of its creation is still lost, which `faultline cores
+// --install` keeps every crash's core (root)". It now says it plainly.
+TEST_F(cli_e2e, the_shared_core_name_note_reads_plainly) {
+  // Run from the scratch directory: the build's own tree holds a core/ folder, where no core can
+  // be written at all (another header).
+  const fs::path err_file = dir_.path() / "stderr";
+  auto sh = run_tool({"/bin/sh", "-c",
+                      "cd " + detail::shell_quote(dir_.path().string()) + " && exec " +
+                          detail::shell_quote((testing::bin_dir() / "faultline").string()) +
+                          " exec --jobs 2 --repeat 2 --crash-capture core --out " + detail::shell_quote(out()) + " -- " +
+                          detail::shell_quote(program("fl_testdata_pass").string()) + " 2>" + detail::shell_quote(err_file.string())},
+                     std::chrono::seconds(60));
+  ASSERT_TRUE(sh && WIFEXITED(sh->status) && WEXITSTATUS(sh->status) == 0);
+  testing::command_result r;
+  r.err = slurp(err_file);
+  if (core_names_are_unique() || r.err.find("crash capture core") == std::string::npos)
+    GTEST_SKIP() << "core_pattern names each core apart here, or cores cannot be captured: no note";
+  EXPECT_NE(r.err.find("core_pattern gives every core in a directory the same name: faultline opens each core as soon as it "
+                       "appears, so runs that crash together keep their own, but a core that the next crash replaces within "
+                       "microseconds is lost; `faultline cores --install` (as root) keeps every core"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("lost, which"), std::string::npos) << r.err;
+}
+
+// Issue 38 (11): a hang inside a `sh -c` wrapper was signed by the stripped shell's frame
+// ("hang: dash+0xbcc0"), and a Python hang read without py-spy by the interpreter's C frames, with
+// no word that py-spy would name the Python functions.
+TEST_F(cli_e2e, a_hang_names_no_offset_and_a_python_hang_says_what_would_name_it) {
+  auto sh = run_faultline({"exec", "--json", "--timeout", "1s", "--out", out() + "-sh", "--", "/bin/sh", "-c", "sleep 307.5; true"});
+  EXPECT_EQ(sh.status, 1) << sh.err;
+  auto lines = json_lines(sh.out);
+  ASSERT_EQ(lines.size(), 1u) << sh.out;
+  const std::string signature = lines[0]["signatures"][0]["signature"];
+  EXPECT_EQ(signature.rfind("hang", 0), 0u) << signature;
+  EXPECT_EQ(signature.find("+0x"), std::string::npos) << signature;
+  for (const auto& f : lines[0]["signatures"][0]["frames"]) {
+    const std::string frame = f;
+    if (frame.find("+0x") != std::string::npos) {
+      EXPECT_NE(frame.find(", no symbol)"), std::string::npos) << frame;
+    }
+  }
+
+  std::error_code ec;
+  if (py_spy_program() || !fs::exists("/usr/bin/python3", ec)) GTEST_SKIP() << "py-spy is installed, or no /usr/bin/python3";
+  auto py = run_faultline({"exec", "--timeout", "1s", "--out", out() + "-py", "--", "/usr/bin/python3", "-c", "import time; time.sleep(307.5)"});
+  EXPECT_EQ(py.status, 1) << py.err;
+  EXPECT_NE(py.out.find("hang: "), std::string::npos) << py.out;
+  EXPECT_NE(py.out.find("(these are the Python interpreter's own frames: with py-spy on PATH (pip install py-spy), or "
+                        "FAULTLINE_PY_SPY naming it, a hang's stacks and signature name the Python functions)"),
+            std::string::npos)
+      << py.out;
+}
+
 // Issue 38 (8): an interrupted campaign (SIGINT, exit 130) printed a summary that read like a
 // finished campaign's. It now says how many of its runs were not performed, and --json says so too.
 TEST_F(cli_e2e, an_interrupted_campaign_says_how_many_runs_were_not_performed) {

@@ -10,7 +10,9 @@
 #include "faults/spec.h"
 #include "harness/agent_dir.h"
 #include "harness/detail/sys.h"
+#include "harness/results/counted.h"
 #include "harness/results/ranks.h"
+#include "harness/results/stack_hints.h"
 #include "harness/results/summary.h"
 #include "harness/run/containment.h"
 #include "harness/run/core_dump.h"
@@ -129,8 +131,9 @@ void add_command_flags(CLI::App* sub, command_flags& f) {
                 "(answered cudaErrorCudartUnloading / CUDA_ERROR_DEINITIALIZED), signed with the call and its "
                 "callers: the agent becomes the CUDA injection library (CUDA_INJECTION64_PATH) and enables CUPTI's "
                 "callbacks when main returns or exit() begins; driver calls the driver answers after its own "
-                "teardown, which CUPTI does not report, are seen by a stub before every driver entry point (about "
-                "0.5 ns a call until exit). Off by default: it changes exit races. Runtime calls need "
+                "teardown, which CUPTI does not report, are seen by a stub before every driver entry point (until "
+                "exit +0.9 and +1.4 ns a call in two runs on an H200, records/gpu/raw-2026-11-26-late-driver). Off by "
+                "default: it changes exit races. Runtime calls need "
                 "libcupti.so.13 on the loader's path or beside the agent; FAULTLINE_LATE_CUDA=debug says what it sees");
 }
 
@@ -362,10 +365,7 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
     ctx.err << "faultline: crash capture " << to_string(used);
     if (used == crash_capture::core) ctx.err << " (each crash's core dump is read: every thread's stack)";
     if (used == crash_capture::core && !in_run_dir && s.jobs > 1 && !core_names_are_unique())
-      ctx.err << " (core_pattern names one core file per directory: each core is held open as it appears, so runs"
-                 " crashing together keep their own; a core replaced within microseconds of its creation is still"
-                 " lost, which "
-              << core_handler_hint << ")";
+      ctx.err << " (" << shared_core_name_note << ")";
     if (!why.empty()) ctx.err << " (" << why << ")";
     if (used == crash_capture::none && s.crash == crash_capture::automatic)
       ctx.err << "; --crash-capture outside takes stacks but changes how exit races end";
@@ -384,7 +384,7 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
             << " already recorded, " << r->performed << " performed now\n";
   }
   if (!r->stray_pids.empty()) {
-    ctx.err << "faultline: warning: killed " << r->stray_pids.size() << " process(es) no run could be attributed:";
+    ctx.err << "faultline: warning: killed " << counted(r->stray_pids.size(), "process", "processes") << " no run could be attributed to:";
     for (int p : r->stray_pids) ctx.err << " " << p;
     ctx.err << "\n";
   }
@@ -409,6 +409,11 @@ nlohmann::json summary_json(const variant_summary& v, const settings& s, const s
   }
   return j;
 }
+
+const char* const shared_core_name_note =
+    "core_pattern gives every core in a directory the same name: faultline opens each core as soon as it appears, so "
+    "runs that crash together keep their own, but a core that the next crash replaces within microseconds is lost; "
+    "`faultline cores --install` (as root) keeps every core";
 
 std::string interrupted_line(const campaign_result& r) {
   std::string s = "interrupted: ";
@@ -448,6 +453,8 @@ void print_human(const variant_summary& v, const settings& s, const std::string&
     if (!g.first_stacks.empty()) out << "      stacks: " << (s.out / g.first_stacks).string() << "\n";
     // The top of the stack (the record and --json keep top_frames_kept).
     for (std::size_t i = 0; i < g.first_frames.size() && i < 5; ++i) out << "        #" << i << "  " << g.first_frames[i] << "\n";
+    if (g.result == outcome::hang)
+      if (const std::string hint = python_frames_hint(g.first_frames); !hint.empty()) out << "      (" << hint << ")\n";
     // A distributed run's ranks: each one's state, and the pid its stacks are under.
     if (!g.first_ranks.empty()) out << "      " << ranks_verdict(g.first_ranks) << "\n";
     for (const auto& k : g.first_ranks)
@@ -463,8 +470,8 @@ void print_human(const variant_summary& v, const settings& s, const std::string&
     auto n = runs_to_claim(v.failures, *s.target_rate);
     out << "  target rate " << percent(*s.target_rate) << ": ";
     if (!n) out << "out of reach\n";
-    else if (*n <= v.runs) out << "claimed (" << v.runs << " runs suffice)\n";
-    else out << (*n - v.runs) << " more runs without a failure\n";
+    else if (*n <= v.runs) out << "claimed (" << counted(v.runs, "run") << (v.runs == 1 ? " suffices)\n" : " suffice)\n");
+    else out << counted(*n - v.runs, "more run", "more runs") << " without a failure\n";
   }
 }
 

@@ -128,6 +128,9 @@ variant command_variant(const std::vector<std::string>& cmd, const command_flags
 std::string percent(double v);
 nlohmann::json summary_json(const variant_summary& v, const settings& s, const std::string& repro);
 std::string points_warning(const std::vector<std::string>& points);
+/// The crash-capture header's note where core_pattern gives every core in a directory one name
+/// and runs crash together (--jobs > 1).
+extern const char* const shared_core_name_note;
 /// "interrupted: 8 of 10 runs not performed; --resume continues": what the summary of an
 /// interrupted campaign ends with, so that it never reads as a finished one.
 std::string interrupted_line(const campaign_result& r);

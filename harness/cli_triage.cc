@@ -2,6 +2,7 @@
 
 #include "harness/cli_shared.h"
 #include "harness/detail/sys.h"
+#include "harness/results/counted.h"
 #include "harness/triage/bisect.h"
 #include "harness/triage/shrink.h"
 
@@ -100,18 +101,18 @@ void print_shrink(const shrink_result& s, const run_record& r, const std::string
   out << "shrink of " << r.run_id << " (" << to_string(r.result) << (r.when == phase::none ? "" : "/" + std::string(to_string(r.when)))
       << "  " << r.signature << ")\n";
   out << "  original: " << (s.original.empty() ? "(none)" : s.original) << "  (the failure in " << s.original_hits << " of "
-      << s.original_runs << " runs)\n";
+      << counted(s.original_runs, "run") << ")\n";
   if (!s.reproduced) {
-    out << "  the failure did not reproduce in " << s.original_runs << " runs from seed " << r.seed << "\n";
+    out << "  the failure did not reproduce in " << counted(s.original_runs, "run") << " from seed " << r.seed << "\n";
     return;
   }
   out << "  minimal:  " << (s.minimal.empty() ? "(none: it fails without faults)" : s.minimal) << "\n";
   if (s.confirm_runs)
     out << "  rate: " << percent(s.rate.rate) << " (95% CI " << percent(s.rate.lower95) << " - " << percent(s.rate.upper95)
-        << ") in " << s.confirm_runs << " runs\n";
+        << ") in " << counted(s.confirm_runs, "run") << "\n";
   else out << "  rate: not measured (" << s.stopped << ")\n";
-  out << "  runs spent: " << s.runs_spent << " (" << s.steps.size() << " candidates, up to " << s.runs_per_candidate
-      << " runs each)" << (s.stopped == "done" ? "" : "; stopped: " + s.stopped) << "\n";
+  out << "  runs spent: " << s.runs_spent << " (" << counted(s.steps.size(), "candidate") << ", up to "
+      << counted(s.runs_per_candidate, "run") << " each)" << (s.stopped == "done" ? "" : "; stopped: " + s.stopped) << "\n";
   out << "  steps: " << (dir / "shrink.json").string() << "\n";
   out << "  repro: " << repro << "\n";
 }
@@ -161,7 +162,7 @@ int cmd_shrink(const shrink_args& a, cli_context& ctx) {
   o.work_dir = a.to.empty() ? fs::path(a.out) / "shrink" / a.run : fs::path(a.to);
   o.on_step = [&ctx](const shrink_step& s) {
     ctx.err << "faultline: shrink: " << s.change << ": " << (s.reproduced ? "reproduced" : "gone") << " (the failure in " << s.hits << " of "
-            << s.runs << (s.runs == 1 ? " run)\n" : " runs)\n");
+            << counted(s.runs, "run") << ")\n";
   };
   ctx.err << "faultline: shrinking " << o.target.run_id << " (seed " << o.seed << "): " << o.faults << "\n";
   auto r = run_shrink(o);
@@ -285,10 +286,10 @@ int cmd_bisect(const bisect_args& a, cli_context& ctx) {
   (void)o.make_variant(fs::current_path());
   o.on_step = [&ctx](const bisect_step& s) {
     ctx.err << "faultline: bisect: " << short_commit(s.commit) << " (" << s.role << "): " << s.verdict << ", " << s.failures << "/"
-            << s.runs << " runs failed\n";
+            << counted(s.runs, "run") << " failed\n";
   };
   ctx.err << "faultline: bisect of `" << detail::shell_join(cmd) << "` between " << a.good << " and " << a.bad << ", seed " << o.seed
-          << ", at most " << o.runs << " runs a commit, alpha " << o.alpha << "\n";
+          << ", at most " << counted(o.runs, "run") << " a commit, alpha " << o.alpha << "\n";
   auto r = run_bisect(o);
   if (!r) {
     ctx.err << "faultline: error: " << r.error().message() << "\n";

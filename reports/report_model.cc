@@ -100,9 +100,7 @@ std::optional<manifest_info> read_manifest_info(const fs::path& dir, std::vector
   return std::nullopt;
 }
 
-std::string plural(std::uint64_t n, const char* one, const char* many) {
-  return detail::thousands(n) + " " + (n == 1 ? one : many);
-}
+std::string plural(std::uint64_t n, const char* one, const char* many) { return detail::counted(n, one, many); }
 
 duration_stats duration_spread(std::vector<std::int64_t>& d) {
   duration_stats s;

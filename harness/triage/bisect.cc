@@ -6,6 +6,7 @@
 
 #include "harness/campaign/state_file.h"
 #include "harness/detail/sys.h"
+#include "harness/results/counted.h"
 #include "harness/run/process.h"
 #include "harness/triage/sampler.h"
 #include "reports/significance.h"
@@ -170,7 +171,7 @@ struct bisector {
     }
     trees.remove(p.wt);
     if (role != "step") s.verdict = role;
-    else if (s.verdict == "undecided") s.why = cancelled() ? "interrupted" : "neither like good nor like bad after " + std::to_string(s.runs) + " runs";
+    else if (s.verdict == "undecided") s.why = cancelled() ? "interrupted" : "neither like good nor like bad after " + counted(s.runs, "run");
     return s;
   }
 
