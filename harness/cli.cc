@@ -16,6 +16,7 @@
 #include "harness/cores_cli.h"
 #include "harness/detail/sys.h"
 #include "harness/region_cli.h"
+#include "harness/results/counted.h"
 #include "harness/version.h"
 #include "harness/run/containment.h"
 #include "reports/commands.h"
@@ -167,6 +168,7 @@ void choose_soaked(const soak_args& a, soak_options& o) {
     if (a.timeout_scale != 1.0) throw usage_error{"--timeout-scale multiplies the scenarios' timeouts; a command's is --timeout"};
     check_faults_flag(a.faults);
     o.command = command_variant(*a.command, a.run_flags, a.faults, parse_timeout(a.timeout), o.env);
+    o.command->replay = replay_options(parse_timeout(a.timeout), a.env, o.crash, a.run_flags.no_preload, a.run_flags.late_cuda);
     return;
   }
   const std::pair<bool, const char*> command_only[] = {{!a.timeout.empty(), "--timeout"},
@@ -182,6 +184,7 @@ void choose_soaked(const soak_args& a, soak_options& o) {
   if (!chosen) throw usage_error{chosen.error().message()};
   o.scenarios = std::move(*chosen);
   o.scenario_binary = scenario_binary();
+  o.replay = replay_options(std::nullopt, a.env, o.crash, false, false);
 }
 
 // The soak's header lines (what, how long, containment, crash capture); returns the crash
@@ -212,7 +215,7 @@ int print_soak_result(const soak_args& a, const soak_options& o, const soak_resu
   const campaign_result& c = r.campaign;
   ctx.err << "faultline: seed " << r.seed << "; " << format_duration(std::chrono::duration_cast<std::chrono::seconds>(r.spent))
           << " of the " << format_duration(o.budget)
-          << " budget spent" << (c.resumed ? "; " + std::to_string(c.resumed) + " runs were recorded before this resume" : "")
+          << " budget spent" << (c.resumed ? "; " + counted(c.resumed, "run was", "runs were") + " recorded before this resume" : "")
           << "\n";
   painter paint{ctx.out_tty && !std::getenv("NO_COLOR")};
   settings s;
@@ -225,10 +228,14 @@ int print_soak_result(const soak_args& a, const soak_options& o, const soak_resu
   for (const auto& v : c.summaries) {
     std::string rp;
     if (v.first_failure)
-      rp = o.command ? exec_repro(*v.first_failure, s, a.run_flags)
-                     : "faultline run " + detail::shell_quote(v.name) + repro_flags(*v.first_failure, s);
-    if (a.json) ctx.out << summary_json(v, s, rp).dump() << "\n";
-    else print_human(v, s, rp, paint, ctx.out);
+      rp = o.command ? exec_repro(*v.first_failure) : "faultline run " + detail::shell_quote(v.name) + repro_flags(*v.first_failure);
+    if (a.json) {
+      auto j = summary_json(v, s, rp);
+      mark_interrupted(j, c);
+      ctx.out << j.dump() << "\n";
+    } else {
+      print_human(v, s, rp, paint, ctx.out);
+    }
     clean = clean && v.failures == 0;
   }
   for (const auto& leak : r.harness_leaks) ctx.out << paint.red("harness leak: ") << leak << "\n";
@@ -238,6 +245,13 @@ int print_soak_result(const soak_args& a, const soak_options& o, const soak_resu
   if (!r.report_markdown.empty()) ctx.err << "faultline: summary: " << fs::absolute(r.report_markdown).string() << "\n";
   ctx.out.flush();
   if (c.interrupted) {
+    // A soak has a budget, not a run count: what is left of it is what was not performed.
+    const auto left = std::chrono::duration_cast<std::chrono::seconds>(o.budget - std::min(r.spent, o.budget));
+    if (!a.json)
+      ctx.out << paint.red("interrupted: " + format_duration(left) + " of the " + format_duration(o.budget) +
+                           " budget not spent; --resume continues")
+              << "\n";
+    ctx.out.flush();
     ctx.err << "faultline: interrupted; continue with the same command and --resume\n";
     return exit_interrupted;
   }

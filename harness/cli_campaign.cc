@@ -58,10 +58,13 @@ verify_plan plan_verify(const std::vector<scenario_info>& chosen, const settings
   verify_plan plan;
   for (const auto& sc : chosen) {
     auto timeout = s.timeout.value_or(sc.timeout);
+    const auto replay = replay_options(s.timeout, s.user_env, s.crash, false, false);
     plan.variants.push_back(scenario_variant(sc, sc.name, "", timeout));
+    plan.variants.back().replay = replay;
     plan.rows.push_back({sc.name, "clean", true, 0.0});
     for (const auto& b : sc.bug_points) {
       plan.variants.push_back(scenario_variant(sc, sc.name + "@" + b.point, b.faults, timeout));
+      plan.variants.back().replay = replay;
       plan.rows.push_back({sc.name, b.point, false, b.detect_rate});
     }
   }
@@ -87,15 +90,15 @@ verify_check judge(const verify_row& rw, const variant_summary& v) {
 
 // The replay of a row: a clean variant's first failure; a bug variant's first run that did not
 // detect it, or its first run.
-std::string verify_repro(const verify_row& rw, const variant_summary& v, const settings& s) {
+std::string verify_repro(const verify_row& rw, const variant_summary& v) {
   const auto& pick = rw.clean ? v.first_failure : (v.first_pass ? v.first_pass : v.first_record);
   if (!pick || (!rw.clean && !v.runs)) return "";
-  return "faultline run " + detail::shell_quote(rw.scenario) + repro_flags(*pick, s);
+  return "faultline run " + detail::shell_quote(rw.scenario) + repro_flags(*pick);
 }
 
 nlohmann::json verify_json(const verify_row& rw, const variant& var, const variant_summary& v, const verify_check& c,
                            const settings& s) {
-  auto j = summary_json(v, s, verify_repro(rw, v, s));
+  auto j = summary_json(v, s, verify_repro(rw, v));
   j["scenario"] = rw.scenario;
   j["variant"] = rw.variant_label;
   j["faults"] = var.faults;
@@ -202,10 +205,12 @@ int cmd_run(const raw_args& a, cli_context& ctx) {
     if (!preload) throw usage_error{preload.error().message()};
     for (const auto& [name, value] : *preload) env.push_back(name + "=" + value);
   }
-  for (const auto& sc : *chosen)
+  for (const auto& sc : *chosen) {
     variants.push_back(scenario_variant(sc, sc.name, s.faults, s.timeout.value_or(sc.timeout), env));
+    variants.back().replay = replay_options(s.timeout, s.user_env, s.crash, false, a.late_cuda);
+  }
   return report_runs(variants, s, ctx, [&](const run_record& r) {
-    return "faultline run " + detail::shell_quote(r.name) + repro_flags(r, s) + (a.late_cuda ? " --late-cuda" : "");
+    return "faultline run " + detail::shell_quote(r.name) + repro_flags(r);
   });
 }
 
@@ -214,9 +219,10 @@ int cmd_exec(const exec_args& a, cli_context& ctx) {
   if (!cmd.empty() && cmd.front() == "--") cmd.erase(cmd.begin());
   if (cmd.empty()) throw usage_error{"no command: faultline exec [OPTIONS] -- CMD [ARGS...]"};
   settings s = resolve(a.common, default_repeat);
-  const variant v = command_variant(cmd, a.flags, s.faults, s.timeout, s.env);
+  variant v = command_variant(cmd, a.flags, s.faults, s.timeout, s.env);
+  v.replay = replay_options(s.timeout, s.user_env, s.crash, a.flags.no_preload, a.flags.late_cuda);
   adopt_resumed_options(s);
-  return report_runs({v}, s, ctx, [&](const run_record& r) { return exec_repro(r, s, a.flags); });
+  return report_runs({v}, s, ctx, [](const run_record& r) { return exec_repro(r); });
 }
 
 int cmd_verify(const raw_args& a, cli_context& ctx) {
@@ -235,7 +241,11 @@ int cmd_verify(const raw_args& a, cli_context& ctx) {
     const auto& rw = plan.rows[i];
     const verify_check c = judge(rw, v);
     all_ok = all_ok && c.ok;
-    if (s.json) ctx.out << verify_json(rw, plan.variants[i], v, c, s).dump() << "\n";
+    if (s.json) {
+      auto j = verify_json(rw, plan.variants[i], v, c, s);
+      mark_interrupted(j, *r);
+      ctx.out << j.dump() << "\n";
+    }
     table.push_back({rw.scenario, rw.variant_label, std::to_string(v.runs), std::to_string(c.hits), v.runs ? percent(c.rate) : "-",
                      rw.clean ? "= 0" : ">= " + percent(rw.required), c.ok ? "OK" : "FAIL"});
   }
@@ -244,7 +254,9 @@ int cmd_verify(const raw_args& a, cli_context& ctx) {
     for (std::size_t i = 0; i < plan.rows.size(); ++i)
       if (sums[i].points_never_reached && !sums[i].points_never_reached->empty())
         ctx.out << plan.rows[i].scenario << " " << plan.rows[i].variant_label << ": " << points_warning(*sums[i].points_never_reached) << "\n";
-    ctx.out << (all_ok ? "verify: all checks hold\n" : "verify: some checks FAILED\n");
+    // An interrupted verify judged fewer runs than it was made of: no "all checks hold".
+    if (r->interrupted) ctx.out << "verify: " << interrupted_line(*r) << (all_ok ? "" : " (some checks FAILED already)") << "\n";
+    else ctx.out << (all_ok ? "verify: all checks hold\n" : "verify: some checks FAILED\n");
   }
   ctx.out.flush();
   if (r->interrupted) return exit_interrupted;

@@ -93,6 +93,7 @@ TEST_F(cli_e2e, exec_json_summary_has_the_contract_fields_and_a_replay_line) {
   EXPECT_FALSE(j["containment"].get<std::string>().empty());  // which containment held the runs
   EXPECT_TRUE(j["crash_capture"] == "core" || j["crash_capture"] == "none") << j["crash_capture"];
   EXPECT_TRUE(j["runs_needed"].is_number());
+  EXPECT_EQ(j["interrupted"], false);
   const std::string repro = j["repro"];
   EXPECT_NE(repro.find("faultline exec --seed 7 --repeat 1"), std::string::npos) << repro;
   EXPECT_NE(repro.find(program("fl_testdata_fail").string()), std::string::npos) << repro;
@@ -495,6 +496,101 @@ TEST_F(cli_e2e, interrupt_kills_the_runs_in_flight_and_exits_130) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 130);
   EXPECT_EQ(processes_running("303.75"), std::vector<pid_t>{});
+}
+
+// Issue 38 (11): where every core in a directory has one name, the crash-capture header said "a
+// core replaced within microseconds of its creation is still lost, which `faultline cores
+// --install` keeps every crash's core (root)". It now says it plainly.
+TEST_F(cli_e2e, the_shared_core_name_note_reads_plainly) {
+  // Run from the scratch directory: the build's own tree holds a core/ folder, where no core can
+  // be written at all (another header).
+  const fs::path err_file = dir_.path() / "stderr";
+  auto sh = run_tool({"/bin/sh", "-c",
+                      "cd " + detail::shell_quote(dir_.path().string()) + " && exec " +
+                          detail::shell_quote((testing::bin_dir() / "faultline").string()) +
+                          " exec --jobs 2 --repeat 2 --crash-capture core --out " + detail::shell_quote(out()) + " -- " +
+                          detail::shell_quote(program("fl_testdata_pass").string()) + " 2>" + detail::shell_quote(err_file.string())},
+                     std::chrono::seconds(60));
+  ASSERT_TRUE(sh && WIFEXITED(sh->status) && WEXITSTATUS(sh->status) == 0);
+  testing::command_result r;
+  r.err = slurp(err_file);
+  if (core_names_are_unique() || r.err.find("crash capture core") == std::string::npos)
+    GTEST_SKIP() << "core_pattern names each core apart here, or cores cannot be captured: no note";
+  EXPECT_NE(r.err.find("core_pattern gives every core in a directory the same name: faultline opens each core as soon as it "
+                       "appears, so runs that crash together keep their own, but a core that the next crash replaces within "
+                       "microseconds is lost; `faultline cores --install` (as root) keeps every core"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("lost, which"), std::string::npos) << r.err;
+}
+
+// Issue 38 (11): a hang inside a `sh -c` wrapper was signed by the stripped shell's frame
+// ("hang: dash+0xbcc0"), and a Python hang read without py-spy by the interpreter's C frames, with
+// no word that py-spy would name the Python functions.
+TEST_F(cli_e2e, a_hang_names_no_offset_and_a_python_hang_says_what_would_name_it) {
+  auto sh = run_faultline({"exec", "--json", "--timeout", "1s", "--out", out() + "-sh", "--", "/bin/sh", "-c", "sleep 307.5; true"});
+  EXPECT_EQ(sh.status, 1) << sh.err;
+  auto lines = json_lines(sh.out);
+  ASSERT_EQ(lines.size(), 1u) << sh.out;
+  const std::string signature = lines[0]["signatures"][0]["signature"];
+  EXPECT_EQ(signature.rfind("hang", 0), 0u) << signature;
+  EXPECT_EQ(signature.find("+0x"), std::string::npos) << signature;
+  for (const auto& f : lines[0]["signatures"][0]["frames"]) {
+    const std::string frame = f;
+    if (frame.find("+0x") != std::string::npos) {
+      EXPECT_NE(frame.find(", no symbol)"), std::string::npos) << frame;
+    }
+  }
+
+  std::error_code ec;
+  if (py_spy_program() || !fs::exists("/usr/bin/python3", ec)) GTEST_SKIP() << "py-spy is installed, or no /usr/bin/python3";
+  auto py = run_faultline({"exec", "--timeout", "1s", "--out", out() + "-py", "--", "/usr/bin/python3", "-c", "import time; time.sleep(307.5)"});
+  EXPECT_EQ(py.status, 1) << py.err;
+  EXPECT_NE(py.out.find("hang: "), std::string::npos) << py.out;
+  EXPECT_NE(py.out.find("(these are the Python interpreter's own frames: with py-spy on PATH (pip install py-spy), or "
+                        "FAULTLINE_PY_SPY naming it, a hang's stacks and signature name the Python functions)"),
+            std::string::npos)
+      << py.out;
+}
+
+// Issue 38 (8): an interrupted campaign (SIGINT, exit 130) printed a summary that read like a
+// finished campaign's. It now says how many of its runs were not performed, and --json says so too.
+TEST_F(cli_e2e, an_interrupted_campaign_says_how_many_runs_were_not_performed) {
+  for (const bool json : {false, true}) {
+    const std::string o = out() + (json ? "-json" : "-text");
+    const fs::path printed = dir_.path() / (json ? "stdout-json" : "stdout-text");
+    // Runs 0 and 1 (seeds 0 and 1) pass at once; run 2 sleeps until the interrupt.
+    const std::string faultline = detail::shell_quote((testing::bin_dir() / "faultline").string());
+    const std::string script = "if [ $FAULTLINE_SEED -ge 2 ]; then exec sleep 305.25; fi";
+    spawn_options so;
+    so.argv = {"/bin/sh", "-c",
+               "exec " + faultline + " exec --repeat 10 --seed 0 --jobs 1 --timeout 5m --no-stacks" + (json ? " --json" : "") +
+                   " --out " + detail::shell_quote(o) + " -- /bin/sh -c " + detail::shell_quote(script) + " >" +
+                   detail::shell_quote(printed.string()) + " 2>/dev/null"};
+    so.envp = current_environment();
+    auto c = spawn(so);
+    ASSERT_TRUE(c) << c.error().message();
+    for (int i = 0; i < 500 && processes_running("305.25").empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_EQ(processes_running("305.25").size(), 1u);
+    c->signal(SIGINT);
+    ASSERT_TRUE(c->wait_exit_for(std::chrono::seconds(60)));
+    const int status = c->reap();
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 130);
+    const std::string text = slurp(printed);
+    if (json) {
+      auto lines = json_lines(text);
+      ASSERT_EQ(lines.size(), 1u) << text;
+      EXPECT_EQ(lines[0]["runs"], 2) << text;
+      EXPECT_EQ(lines[0]["interrupted"], true) << text;
+      EXPECT_EQ(lines[0]["campaign_runs_planned"], 10) << text;
+      EXPECT_EQ(lines[0]["campaign_runs_not_performed"], 8) << text;
+    } else {
+      EXPECT_NE(text.find("sh: 2 runs, pass 2"), std::string::npos) << text;
+      EXPECT_NE(text.find("\ninterrupted: 8 of 10 runs not performed; --resume continues\n"), std::string::npos) << text;
+    }
+  }
+  EXPECT_EQ(processes_running("305.25"), std::vector<pid_t>{});
 }
 
 }  // namespace

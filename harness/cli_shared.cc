@@ -10,7 +10,9 @@
 #include "faults/spec.h"
 #include "harness/agent_dir.h"
 #include "harness/detail/sys.h"
+#include "harness/results/counted.h"
 #include "harness/results/ranks.h"
+#include "harness/results/stack_hints.h"
 #include "harness/results/summary.h"
 #include "harness/run/containment.h"
 #include "harness/run/core_dump.h"
@@ -129,8 +131,9 @@ void add_command_flags(CLI::App* sub, command_flags& f) {
                 "(answered cudaErrorCudartUnloading / CUDA_ERROR_DEINITIALIZED), signed with the call and its "
                 "callers: the agent becomes the CUDA injection library (CUDA_INJECTION64_PATH) and enables CUPTI's "
                 "callbacks when main returns or exit() begins; driver calls the driver answers after its own "
-                "teardown, which CUPTI does not report, are seen by a stub before every driver entry point (about "
-                "0.5 ns a call until exit). Off by default: it changes exit races. Runtime calls need "
+                "teardown, which CUPTI does not report, are seen by a stub before every driver entry point (until "
+                "exit +0.9 and +1.4 ns a call in two runs on an H200, records/gpu/raw-2026-11-26-late-driver). Off by "
+                "default: it changes exit races. Runtime calls need "
                 "libcupti.so.13 on the loader's path or beside the agent; FAULTLINE_LATE_CUDA=debug says what it sees");
 }
 
@@ -362,10 +365,7 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
     ctx.err << "faultline: crash capture " << to_string(used);
     if (used == crash_capture::core) ctx.err << " (each crash's core dump is read: every thread's stack)";
     if (used == crash_capture::core && !in_run_dir && s.jobs > 1 && !core_names_are_unique())
-      ctx.err << " (core_pattern names one core file per directory: each core is held open as it appears, so runs"
-                 " crashing together keep their own; a core replaced within microseconds of its creation is still"
-                 " lost, which "
-              << core_handler_hint << ")";
+      ctx.err << " (" << shared_core_name_note << ")";
     if (!why.empty()) ctx.err << " (" << why << ")";
     if (used == crash_capture::none && s.crash == crash_capture::automatic)
       ctx.err << "; --crash-capture outside takes stacks but changes how exit races end";
@@ -384,7 +384,7 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
             << " already recorded, " << r->performed << " performed now\n";
   }
   if (!r->stray_pids.empty()) {
-    ctx.err << "faultline: warning: killed " << r->stray_pids.size() << " process(es) no run could be attributed:";
+    ctx.err << "faultline: warning: killed " << counted(r->stray_pids.size(), "process", "processes") << " no run could be attributed to:";
     for (int p : r->stray_pids) ctx.err << " " << p;
     ctx.err << "\n";
   }
@@ -410,6 +410,29 @@ nlohmann::json summary_json(const variant_summary& v, const settings& s, const s
   return j;
 }
 
+const char* const shared_core_name_note =
+    "core_pattern gives every core in a directory the same name: faultline opens each core as soon as it appears, so "
+    "runs that crash together keep their own, but a core that the next crash replaces within microseconds is lost; "
+    "`faultline cores --install` (as root) keeps every core";
+
+std::string interrupted_line(const campaign_result& r) {
+  std::string s = "interrupted: ";
+  if (r.planned) {
+    const std::uint64_t left = r.not_performed();
+    s += std::to_string(left) + " of " + std::to_string(r.planned) + (r.planned == 1 ? " run" : " runs") + " not performed";
+  } else {
+    s += "the campaign did not finish";
+  }
+  return s + "; --resume continues";
+}
+
+void mark_interrupted(nlohmann::json& j, const campaign_result& r) {
+  j["interrupted"] = r.interrupted;
+  if (!r.interrupted || !r.planned) return;
+  j["campaign_runs_planned"] = r.planned;
+  j["campaign_runs_not_performed"] = r.not_performed();
+}
+
 std::string points_warning(const std::vector<std::string>& points) {
   std::string text = "warning: enabled fault points never reached in any run: ";
   for (std::size_t i = 0; i < points.size(); ++i) text += (i ? ", " : "") + points[i];
@@ -430,6 +453,8 @@ void print_human(const variant_summary& v, const settings& s, const std::string&
     if (!g.first_stacks.empty()) out << "      stacks: " << (s.out / g.first_stacks).string() << "\n";
     // The top of the stack (the record and --json keep top_frames_kept).
     for (std::size_t i = 0; i < g.first_frames.size() && i < 5; ++i) out << "        #" << i << "  " << g.first_frames[i] << "\n";
+    if (g.result == outcome::hang)
+      if (const std::string hint = python_frames_hint(g.first_frames); !hint.empty()) out << "      (" << hint << ")\n";
     // A distributed run's ranks: each one's state, and the pid its stacks are under.
     if (!g.first_ranks.empty()) out << "      " << ranks_verdict(g.first_ranks) << "\n";
     for (const auto& k : g.first_ranks)
@@ -445,20 +470,37 @@ void print_human(const variant_summary& v, const settings& s, const std::string&
     auto n = runs_to_claim(v.failures, *s.target_rate);
     out << "  target rate " << percent(*s.target_rate) << ": ";
     if (!n) out << "out of reach\n";
-    else if (*n <= v.runs) out << "claimed (" << v.runs << " runs suffice)\n";
-    else out << (*n - v.runs) << " more runs without a failure\n";
+    else if (*n <= v.runs) out << "claimed (" << counted(v.runs, "run") << (v.runs == 1 ? " suffices)\n" : " suffice)\n");
+    else out << counted(*n - v.runs, "more run", "more runs") << " without a failure\n";
   }
 }
 
-// The options that replay one run: its seed and faults, the timeout and environment it had.
+std::vector<std::string> replay_options(std::optional<std::chrono::milliseconds> timeout, const std::vector<std::string>& user_env,
+                                        crash_capture crash, bool no_preload, bool late_cuda) {
+  std::vector<std::string> o;
+  if (timeout) o.insert(o.end(), {"--timeout", format_duration(*timeout)});
+  for (const auto& kv : user_env) o.insert(o.end(), {"--env", kv});
+  // A signal handler in the crashing process changes how exit races end, and the capture used
+  // decides the signature: a replay that is to show the same failure captures it the same way.
+  if (crash != crash_capture::automatic) o.insert(o.end(), {"--crash-capture", std::string(to_string(crash))});
+  if (no_preload) o.push_back("--no-preload");
+  if (late_cuda && !no_preload) o.push_back("--late-cuda");
+  return o;
+}
+
+// The options that replay one run: its seed and faults, and the options it recorded (`replay`).
 // A repro line replays into a directory of its own (--replace: it is scratch), never into the
 // campaign that printed it, which the default --out may hold; an --out added after it wins.
-std::string repro_flags(const run_record& r, const settings& s) {
+std::string repro_flags(const run_record& r) {
   std::string cmd = " --seed " + std::to_string(r.seed) + " --repeat 1 --out faultline-repro --replace";
   if (!r.faults.empty()) cmd += " --faults " + detail::shell_quote(r.faults);
-  if (s.timeout) cmd += " --timeout " + format_duration(*s.timeout);
-  for (const auto& kv : s.user_env) cmd += " --env " + detail::shell_quote(kv);
+  for (const auto& word : r.replay) cmd += " " + detail::shell_quote(word);
   return cmd;
+}
+
+// The exec line that replays one run of a command (exec's, or a command soak's).
+std::string exec_repro(const run_record& r) {
+  return std::string("faultline exec") + repro_flags(r) + " -- " + detail::shell_join(r.command);
 }
 
 int report_runs(const std::vector<variant>& variants, settings& s, cli_context& ctx,
@@ -469,10 +511,16 @@ int report_runs(const std::vector<variant>& variants, settings& s, cli_context& 
   bool all_pass = r->stray_pids.empty() && r->stray_shm.empty();
   for (const auto& v : r->summaries) {
     std::string rp = v.first_failure ? repro(*v.first_failure) : std::string();
-    if (s.json) ctx.out << summary_json(v, s, rp).dump() << "\n";
-    else print_human(v, s, rp, paint, ctx.out);
+    if (s.json) {
+      auto j = summary_json(v, s, rp);
+      mark_interrupted(j, *r);
+      ctx.out << j.dump() << "\n";
+    } else {
+      print_human(v, s, rp, paint, ctx.out);
+    }
     all_pass = all_pass && v.failures == 0;
   }
+  if (r->interrupted && !s.json) ctx.out << paint.red(interrupted_line(*r)) << "\n";
   ctx.out.flush();
   if (r->interrupted) return exit_interrupted;
   return all_pass ? exit_ok : exit_failed;
@@ -519,10 +567,5 @@ variant command_variant(const std::vector<std::string>& cmd, const command_flags
   return v;
 }
 
-// The exec line that replays one run of a command (exec's, or a command soak's).
-std::string exec_repro(const run_record& r, const settings& s, const command_flags& f) {
-  return std::string("faultline exec") + repro_flags(r, s) + (f.no_preload ? " --no-preload" : "") +
-         (f.late_cuda && !f.no_preload ? " --late-cuda" : "") + " -- " + detail::shell_join(r.command);
-}
 
 }  // namespace faultline::harness::cli_detail

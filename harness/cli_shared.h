@@ -128,10 +128,25 @@ variant command_variant(const std::vector<std::string>& cmd, const command_flags
 std::string percent(double v);
 nlohmann::json summary_json(const variant_summary& v, const settings& s, const std::string& repro);
 std::string points_warning(const std::vector<std::string>& points);
+/// The crash-capture header's note where core_pattern gives every core in a directory one name
+/// and runs crash together (--jobs > 1).
+extern const char* const shared_core_name_note;
+/// "interrupted: 8 of 10 runs not performed; --resume continues": what the summary of an
+/// interrupted campaign ends with, so that it never reads as a finished one.
+std::string interrupted_line(const campaign_result& r);
+/// A --json summary's "interrupted" (true or false), and when true the campaign's
+/// "campaign_runs_planned" and "campaign_runs_not_performed" (where it has a run count).
+void mark_interrupted(nlohmann::json& j, const campaign_result& r);
 void print_human(const variant_summary& v, const settings& s, const std::string& repro, const painter& paint,
                  std::ostream& out);
-std::string repro_flags(const run_record& r, const settings& s);
-std::string exec_repro(const run_record& r, const settings& s, const command_flags& f);
+/// The options that change what a run does, as its replay line gives them again (a run record's
+/// `replay`): --timeout when given, each --env, --crash-capture when not auto, --no-preload,
+/// --late-cuda. Made here once; every repro line, the command's and the reports', reads them
+/// from the record.
+std::vector<std::string> replay_options(std::optional<std::chrono::milliseconds> timeout, const std::vector<std::string>& user_env,
+                                        crash_capture crash, bool no_preload, bool late_cuda);
+std::string repro_flags(const run_record& r);
+std::string exec_repro(const run_record& r);
 int report_runs(const std::vector<variant>& variants, settings& s, cli_context& ctx,
                 const std::function<std::string(const run_record&)>& repro);
 

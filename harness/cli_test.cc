@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -212,6 +213,41 @@ TEST(cli, help_prints_the_usage_text) {
   EXPECT_EQ(sub.status, 0);
   EXPECT_NE(sub.out.find("--no-preload"), std::string::npos);
   EXPECT_NE(sub.out.find("--until-fail"), std::string::npos);
+}
+
+// Issue 38 (11): --help gave the cost of --late-cuda's stubs as 0.5 ns a call, the README as
+// 0.9-1.4 ns. Both give the figures of the record they come from, which names them too.
+TEST(cli, late_cuda_costs_the_same_in_help_readme_and_record) {
+  auto squeeze = [](const std::string& text) {  // help and README wrap their lines
+    std::string out;
+    for (char c : text) {
+      const bool blank = std::isspace(static_cast<unsigned char>(c)) != 0;
+      if (blank && !out.empty() && out.back() == ' ') continue;
+      out += blank ? ' ' : c;
+    }
+    return out;
+  };
+  auto slurp = [](const std::filesystem::path& p) {
+    std::ifstream in(p);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  const std::string figure = "+0.9 and +1.4 ns a call";
+  const std::string record = "records/gpu/raw-2026-11-26-late-driver";
+  for (const char* command : {"exec", "soak"}) {
+    auto help = cli({command, "--help"});
+    const std::string text = squeeze(help.out);
+    EXPECT_NE(text.find(figure), std::string::npos) << command << ": " << text;
+    EXPECT_NE(text.find(record), std::string::npos) << command;
+    EXPECT_EQ(text.find("0.5 ns"), std::string::npos) << command;
+  }
+  const std::string readme = squeeze(slurp(std::filesystem::path(FAULTLINE_SOURCE_DIR) / "README.md"));
+  EXPECT_NE(readme.find(figure), std::string::npos);
+  EXPECT_NE(readme.find(record), std::string::npos);
+  const std::string measured = slurp(std::filesystem::path(FAULTLINE_SOURCE_DIR) / record / "README.md");
+  EXPECT_NE(measured.find("+1.4 ns"), std::string::npos);
+  EXPECT_NE(measured.find("+0.9 ns"), std::string::npos);
 }
 
 // The long options a command's --help lists (its "Options:" block), --help and --help-all aside.

@@ -2,6 +2,7 @@
 
 #include "harness/cli_shared.h"
 #include "harness/detail/sys.h"
+#include "harness/results/counted.h"
 #include "harness/triage/bisect.h"
 #include "harness/triage/shrink.h"
 
@@ -30,8 +31,11 @@ constexpr const char* bisect_about = R"(Find the commit that raised a failure ra
   faultline bisect --good REV --bad REV [--build CMD] [OPTIONS] -- COMMAND [ARGS...]
 Run in a git checkout. Each commit tested is checked out into a worktree of its own (git worktree
 add --detach, in a temporary folder outside the checkout, removed after), built there with --build
-(run by /bin/sh in the worktree; a commit whose build fails is skipped), and COMMAND is run there
-as `faultline exec` runs it, with seeds S, S+1, ... at every commit. A run counts when it fails
+(run by /bin/sh in the worktree; a commit whose build fails is skipped), COMMAND's program is
+checked there as `faultline exec` checks it (a relative path in the worktree: without --build, a
+worktree holds only what its commit tracks; a program missing at --good or --bad is refused before
+any run, at a commit between them skips it), and COMMAND is run there as `faultline exec` runs it,
+with seeds S, S+1, ... at every commit. A run counts when it fails
 (any outcome but pass), or with --signature when its signature contains TEXT. The good and bad
 revisions are run --runs times each and must differ (the gate's one-sided Fisher exact test at
 --alpha). A commit between them is run in batches of --batch, with a look after each, until it is
@@ -98,18 +102,18 @@ void print_shrink(const shrink_result& s, const run_record& r, const std::string
   out << "shrink of " << r.run_id << " (" << to_string(r.result) << (r.when == phase::none ? "" : "/" + std::string(to_string(r.when)))
       << "  " << r.signature << ")\n";
   out << "  original: " << (s.original.empty() ? "(none)" : s.original) << "  (the failure in " << s.original_hits << " of "
-      << s.original_runs << " runs)\n";
+      << counted(s.original_runs, "run") << ")\n";
   if (!s.reproduced) {
-    out << "  the failure did not reproduce in " << s.original_runs << " runs from seed " << r.seed << "\n";
+    out << "  the failure did not reproduce in " << counted(s.original_runs, "run") << " from seed " << r.seed << "\n";
     return;
   }
   out << "  minimal:  " << (s.minimal.empty() ? "(none: it fails without faults)" : s.minimal) << "\n";
   if (s.confirm_runs)
     out << "  rate: " << percent(s.rate.rate) << " (95% CI " << percent(s.rate.lower95) << " - " << percent(s.rate.upper95)
-        << ") in " << s.confirm_runs << " runs\n";
+        << ") in " << counted(s.confirm_runs, "run") << "\n";
   else out << "  rate: not measured (" << s.stopped << ")\n";
-  out << "  runs spent: " << s.runs_spent << " (" << s.steps.size() << " candidates, up to " << s.runs_per_candidate
-      << " runs each)" << (s.stopped == "done" ? "" : "; stopped: " + s.stopped) << "\n";
+  out << "  runs spent: " << s.runs_spent << " (" << counted(s.steps.size(), "candidate") << ", up to "
+      << counted(s.runs_per_candidate, "run") << " each)" << (s.stopped == "done" ? "" : "; stopped: " + s.stopped) << "\n";
   out << "  steps: " << (dir / "shrink.json").string() << "\n";
   out << "  repro: " << repro << "\n";
 }
@@ -159,7 +163,7 @@ int cmd_shrink(const shrink_args& a, cli_context& ctx) {
   o.work_dir = a.to.empty() ? fs::path(a.out) / "shrink" / a.run : fs::path(a.to);
   o.on_step = [&ctx](const shrink_step& s) {
     ctx.err << "faultline: shrink: " << s.change << ": " << (s.reproduced ? "reproduced" : "gone") << " (the failure in " << s.hits << " of "
-            << s.runs << (s.runs == 1 ? " run)\n" : " runs)\n");
+            << counted(s.runs, "run") << ")\n";
   };
   ctx.err << "faultline: shrinking " << o.target.run_id << " (seed " << o.seed << "): " << o.faults << "\n";
   auto r = run_shrink(o);
@@ -170,11 +174,10 @@ int cmd_shrink(const shrink_args& a, cli_context& ctx) {
   run_record best = o.target;
   best.seed = r->repro_seed;
   best.faults = r->minimal;
-  settings s;
-  s.timeout = parse_timeout(a.common.timeout);
-  s.user_env = a.common.env;
-  const std::string repro = catalog ? "faultline run " + detail::shell_quote(best.name) + repro_flags(best, s)
-                                    : exec_repro(best, s, a.common.flags);
+  // What the shrink's runs had (its own options, which the user gives as the campaign had them).
+  best.replay = replay_options(parse_timeout(a.common.timeout), a.common.env, o.run_settings.crash, !catalog && a.common.flags.no_preload,
+                               !catalog && a.common.flags.late_cuda);
+  const std::string repro = catalog ? "faultline run " + detail::shell_quote(best.name) + repro_flags(best) : exec_repro(best);
   if (a.json) ctx.out << nlohmann::json(to_record(*r, o.target)).dump() << "\n";
   else print_shrink(*r, o.target, repro, o.work_dir, ctx.out);
   ctx.out.flush();
@@ -261,6 +264,7 @@ int cmd_bisect(const bisect_args& a, cli_context& ctx) {
   if (auto held = find_recorded_campaign(a.out); held && held->any())
     throw usage_error{"--out " + a.out + " holds " + held->describe(a.out) + ": give the bisect a folder of its own"};
   o.build = a.build;
+  o.program = cmd[0];
   o.out_dir = a.out;
   if (!a.signature.empty()) o.signature = a.signature;
   o.seed = a.seed.empty() ? static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -284,10 +288,10 @@ int cmd_bisect(const bisect_args& a, cli_context& ctx) {
   (void)o.make_variant(fs::current_path());
   o.on_step = [&ctx](const bisect_step& s) {
     ctx.err << "faultline: bisect: " << short_commit(s.commit) << " (" << s.role << "): " << s.verdict << ", " << s.failures << "/"
-            << s.runs << " runs failed\n";
+            << counted(s.runs, "run") << " failed\n";
   };
   ctx.err << "faultline: bisect of `" << detail::shell_join(cmd) << "` between " << a.good << " and " << a.bad << ", seed " << o.seed
-          << ", at most " << o.runs << " runs a commit, alpha " << o.alpha << "\n";
+          << ", at most " << counted(o.runs, "run") << " a commit, alpha " << o.alpha << "\n";
   auto r = run_bisect(o);
   if (!r) {
     ctx.err << "faultline: error: " << r.error().message() << "\n";

@@ -210,7 +210,7 @@ int gate_command(const gate_options& o, std::ostream& out, std::ostream& err) {
   char alpha[32];
   std::snprintf(alpha, sizeof alpha, "%g", o.alpha);
   out << "gate: " << counts_of(*m) << " (" << files_of(*m) << ") against baseline " << o.baseline << " ("
-      << detail::thousands(base->runs) << " runs of " << detail::thousands(base->variants.size()) << " variants, written "
+      << detail::counted(base->runs, "run") << " of " << detail::counted(base->variants.size(), "variant") << ", written "
       << detail::one_line(base->created) << "); Fisher's exact test, one-sided, alpha " << alpha << " per variant\n";
   const gate_result g = compare(*base, *m, o.alpha);
   for (const auto& f : g.findings) out << format(f) << "\n";

@@ -79,6 +79,31 @@ TEST_F(reports_e2e, report_merges_the_shards_of_a_campaign) {
   EXPECT_NE(half.err.find("1 shard missing (0/2)"), std::string::npos) << half.err;
 }
 
+// Issue 38 (10): the reports' replay lines dropped --timeout (a replayed hang waited exec's 10
+// minutes), and every other option that changed what the run did: --env, --crash-capture,
+// --no-preload. The command's own repro line and the three reports' now give the same options.
+TEST_F(reports_e2e, replay_lines_give_every_option_that_changed_the_run) {
+  auto r = run_faultline({"exec", "--seed", "3", "--timeout", "1s", "--env", "FL_REPLAY=a b", "--crash-capture", "none", "--no-preload",
+                          "--no-stacks", "--out", at("hang").string(), "--", "/bin/sh", "-c", "sleep 306.5"});
+  ASSERT_EQ(r.status, 1) << r.err << r.out;
+  const std::string options = "--seed 3 --repeat 1 --timeout 1s --env 'FL_REPLAY=a b' --crash-capture none --no-preload -- /bin/sh -c";
+  EXPECT_NE(r.out.find("repro: faultline exec --seed 3 --repeat 1 --out faultline-repro --replace --timeout 1s --env 'FL_REPLAY=a b' "
+                       "--crash-capture none --no-preload -- /bin/sh -c 'sleep 306.5'"),
+            std::string::npos)
+      << r.out;
+  auto rep = run_faultline({"report", at("hang").string(), "--junit", at("r/junit.xml").string(), "--markdown", at("r/summary.md").string(),
+                            "--html", at("r/report.html").string(), "--plotly-js", fake_plotly().string()});
+  ASSERT_EQ(rep.status, 0) << rep.err << rep.out;
+  EXPECT_NE(read_text(at("r/summary.md")).find("faultline exec " + options + " 'sleep 306.5'"), std::string::npos)
+      << read_text(at("r/summary.md"));
+  EXPECT_NE(read_text(at("r/junit.xml")).find("repro: faultline exec " + options),
+            std::string::npos)
+      << read_text(at("r/junit.xml"));
+  const std::string html = read_text(at("r/report.html"));
+  EXPECT_NE(html.find("--seed 3 --repeat 1 --timeout 1s --env &#39;FL_REPLAY=a b&#39; --crash-capture none"), std::string::npos);
+  EXPECT_NE(html.find("--crash-capture none --no-preload -- /bin/sh -c "), std::string::npos);
+}
+
 TEST_F(reports_e2e, gate_fails_when_a_bug_point_stops_being_detected) {
   auto good = run_faultline({"verify", "fake/counter", "--repeat", "12", "--seed", "1", "--out", at("good").string()}, fake_env());
   ASSERT_EQ(good.status, 0) << good.out << good.err;

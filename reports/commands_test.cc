@@ -154,6 +154,29 @@ TEST_F(commands, gate_writes_a_baseline_then_passes_and_fails) {
   EXPECT_NE(text.find("gate: FAILED: 2 variants regressed (3 findings above)"), std::string::npos) << text;
 }
 
+// Issue 38 (11): a baseline of one variant was described as "N runs of 1 variants".
+TEST_F(commands, gate_counts_one_variant_and_one_run_in_the_singular) {
+  testing::write_results(dir.path() / "one", testing::runs("exit/a", 1, 0, outcome::crash, "SIGSEGV: f"));
+  const std::string base = (dir.path() / "one.json").string();
+  {
+    outputs io;
+    gate_options g;
+    g.current = {(dir.path() / "one").string()};
+    g.write_baseline = base;
+    EXPECT_EQ(gate_command(g, io.out, io.err), exit_ok) << io.err.str();
+    EXPECT_NE(io.out.str().find("gate: wrote baseline " + base + ": 1 run of 1 variant "), std::string::npos) << io.out.str();
+  }
+  outputs io;
+  gate_options g;
+  g.current = {(dir.path() / "one").string()};
+  g.baseline = base;
+  EXPECT_EQ(gate_command(g, io.out, io.err), exit_ok) << io.out.str() << io.err.str();
+  const std::string text = io.out.str();
+  EXPECT_NE(text.find("against baseline " + base + " (1 run of 1 variant, written "), std::string::npos) << text;
+  EXPECT_EQ(text.find("1 variants"), std::string::npos) << text;
+  EXPECT_EQ(text.find("1 runs"), std::string::npos) << text;
+}
+
 TEST_F(commands, gate_refuses_bad_usage_and_bad_baselines_with_status_2) {
   auto run_gate = [&](gate_options g, std::string& err) {
     outputs io;

@@ -67,7 +67,7 @@ baseline_variant parse_variant(const json& j, const std::string& where, std::int
   v.expect = *e;
   v.runs = count_of(field(j, "runs", where), sub(where, "runs"));
   v.failures = count_of(field(j, "failures", where), sub(where, "failures"));
-  if (v.failures > v.runs) fail(sub(where, "failures"), std::to_string(v.failures) + " is more than its " + std::to_string(v.runs) + " runs");
+  if (v.failures > v.runs) fail(sub(where, "failures"), std::to_string(v.failures) + " is more than its " + detail::counted(v.runs, "run"));
 
   const json& outcomes = field(j, "outcomes", where);
   const std::string ow = sub(where, "outcomes");
@@ -82,9 +82,9 @@ baseline_variant parse_variant(const json& j, const std::string& where, std::int
     total += n;
     if (*o != outcome::pass) not_passed += n;
   }
-  if (total != v.runs) fail(ow, "the counts add up to " + std::to_string(total) + ", not to its " + std::to_string(v.runs) + " runs");
+  if (total != v.runs) fail(ow, "the counts add up to " + std::to_string(total) + ", not to its " + detail::counted(v.runs, "run"));
   if (not_passed != v.failures)
-    fail(ow, std::to_string(not_passed) + " runs did not pass, but \"failures\" is " + std::to_string(v.failures));
+    fail(ow, detail::counted(not_passed, "run") + " did not pass, but \"failures\" is " + std::to_string(v.failures));
 
   const json& sigs = field(j, "signatures", where);
   const std::string sw = sub(where, "signatures");
@@ -114,7 +114,7 @@ baseline_variant parse_variant(const json& j, const std::string& where, std::int
     v.signatures.push_back(std::move(g));
   }
   if (in_signatures > v.failures)
-    fail(sw, "the counts add up to " + std::to_string(in_signatures) + ", more than its " + std::to_string(v.failures) + " failures");
+    fail(sw, "the counts add up to " + std::to_string(in_signatures) + ", more than its " + detail::counted(v.failures, "failure"));
   return v;
 }
 
@@ -371,7 +371,7 @@ gate_result compare(const baseline& base, const report_model& current, double al
       const std::string others = other_specs(base_specs, v.id, v.faults);
       add(finding_kind::new_variant, false,
           std::string(others.empty() ? "not in the baseline" : "not in the baseline with this fault spec (it has " + others + ")") +
-              " (" + detail::thousands(v.summary.runs) + " runs now; " + v.verdict + ")");
+              " (" + detail::counted(v.summary.runs, "run") + " now; " + v.verdict + ")");
     } else {
       matched.insert({v.id, v.faults});
       ++g.compared;
@@ -399,7 +399,7 @@ gate_result compare(const baseline& base, const report_model& current, double al
       const std::uint64_t was = get(b->outcomes, o), now = get(v.summary.outcomes, o);
       if (was == 0 && now > 0)
         add(finding_kind::new_outcome, !detection,
-            "new outcome class " + std::string(harness::to_string(o)) + ": " + fraction(now, v.summary.runs) + " runs" +
+            "new outcome class " + std::string(harness::to_string(o)) + ": " + fraction(now, v.summary.runs) + (v.summary.runs == 1 ? " run" : " runs") +
                 (b->runs ? ", never in the baseline's " + detail::thousands(b->runs) : std::string(", no baseline")));
       else if (was > 0 && now == 0 && it != base_of.end())
         add(finding_kind::gone_outcome, false,
@@ -443,7 +443,7 @@ gate_result compare(const baseline& base, const report_model& current, double al
     if (matched.count({bv.id(), bv.faults})) continue;
     const std::string others = other_specs(current_specs, bv.id(), bv.faults);
     finding f{finding_kind::missing_variant, false, false, label_of(bv.id(), bv.faults),
-              "in the baseline (" + detail::thousands(bv.runs) + " runs) but not in the current runs" +
+              "in the baseline (" + detail::counted(bv.runs, "run") + ") but not in the current runs" +
                   (others.empty() ? std::string() : " with this fault spec (they have " + others + ")") + ": not compared",
               1};
     notes.push_back(std::move(f));

@@ -8,6 +8,7 @@
 
 #include "core/file_io.h"
 #include "harness/results/ranks.h"
+#include "harness/results/stack_hints.h"
 #include "reports/detail/pack.h"
 #include "reports/detail/text.h"
 
@@ -486,6 +487,9 @@ std::string to_html(const report_model& m, const html_options& o) {
           for (std::size_t i = 0; i < g.first_frames.size(); ++i)
             frames += (i ? "\n#" : "#") + std::to_string(i) + "  " + g.first_frames[i];
           out += "<pre class=\"frames\" title=\"top frames of the first run\">" + html_escape(frames) + "</pre>";
+          if (const std::string hint = g.result == harness::outcome::hang ? harness::python_frames_hint(g.first_frames) : "";
+              !hint.empty())
+            out += "<p class=\"hint\">" + html_escape(hint) + ".</p>";
         }
         out += "</td></tr>\n";
       }

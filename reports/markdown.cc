@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "harness/results/ranks.h"
+#include "harness/results/stack_hints.h"
 #include "reports/detail/text.h"
 
 namespace faultline::reports {
@@ -115,6 +116,9 @@ void variant_section(std::string& out, const variant_report& v) {
         frames += (i ? "\n#" : "#") + std::to_string(i) + "  " + g.first_frames[i];
       out += "\nTop frames of " + code_span(g.first_run, false) + " (" +
              (g.signature.empty() ? std::string("no signature") : code_span(g.signature, false)) + "):\n\n" + fenced_block(frames, "");
+      if (const std::string hint = g.result == harness::outcome::hang ? harness::python_frames_hint(g.first_frames) : "";
+          !hint.empty())
+        out += "\n" + hint + ".\n";
     }
     shown = 0;
     for (const auto& g : v.summary.signatures)

@@ -102,9 +102,7 @@ std::optional<manifest_info> read_manifest_info(const fs::path& dir, std::vector
   return std::nullopt;
 }
 
-std::string plural(std::uint64_t n, const char* one, const char* many) {
-  return detail::thousands(n) + " " + (n == 1 ? one : many);
-}
+std::string plural(std::uint64_t n, const char* one, const char* many) { return detail::counted(n, one, many); }
 
 duration_stats duration_spread(std::vector<std::int64_t>& d) {
   duration_stats s;
@@ -243,6 +241,9 @@ bool plants_bug_point(std::string_view faults) {
 std::string repro_command(const run_record& r) {
   std::string flags = " --seed " + std::to_string(r.seed) + " --repeat 1";
   if (!r.faults.empty()) flags += " --faults " + core::io::shell_quote(r.faults);
+  // The options that changed what the run did (--timeout, --env, --no-preload, ...), as the
+  // command that made it recorded them: without its --timeout a replayed hang waits 10 minutes.
+  for (const auto& word : r.replay) flags += " " + core::io::shell_quote(word);
   // A scenario's runs are the scenario binary's `run NAME`, under the scenario's name (verify's
   // bug variants add "@POINT").
   const auto& c = r.command;

@@ -179,7 +179,8 @@ core::result<report_model> load_report(const std::vector<std::filesystem::path>&
 std::vector<std::string> display_names(const std::vector<harness::variant_identity>& ids, const std::vector<std::string>& names);
 
 /// The command line that replays `r` alone: `faultline run SCENARIO` for a scenario (its command
-/// is the scenario binary's `run`), `faultline exec -- CMD` otherwise, with its seed and faults.
+/// is the scenario binary's `run`), `faultline exec -- CMD` otherwise, with its seed and faults
+/// and the options it recorded as changing what it did (`replay`: --timeout, --env, ...).
 std::string repro_command(const harness::run_record& r);
 
 }  // namespace faultline::reports

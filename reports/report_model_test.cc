@@ -405,6 +405,12 @@ TEST(repro_command, replays_a_scenario_or_a_command) {
   e.seed = 9;
   e.command = {"./my_test", "--gtest_filter=Pool.*", "a b"};
   EXPECT_EQ(repro_command(e), "faultline exec --seed 9 --repeat 1 -- ./my_test '--gtest_filter=Pool.*' 'a b'");
+  // Issue 38 (10): what the run recorded as changing what it did is given again.
+  e.replay = {"--timeout", "30s", "--env", "K=a b", "--crash-capture", "core", "--no-preload"};
+  EXPECT_EQ(repro_command(e), "faultline exec --seed 9 --repeat 1 --timeout 30s --env 'K=a b' --crash-capture core --no-preload -- "
+                              "./my_test '--gtest_filter=Pool.*' 'a b'");
+  r.replay = {"--timeout", "2m", "--late-cuda"};
+  EXPECT_EQ(repro_command(r), "faultline run exit/a --seed 1003 --repeat 1 --faults bug/x=print --timeout 2m --late-cuda");
 }
 
 }  // namespace

@@ -12,11 +12,11 @@ std::string rate_of(std::uint64_t failures, std::uint64_t runs) {
 }
 
 std::string minimal_line(const harness::shrink_record& s) {
-  if (!s.reproduced) return "the failure did not reproduce in " + std::to_string(s.original_runs) + " runs";
+  if (!s.reproduced) return "the failure did not reproduce in " + detail::counted(s.original_runs, "run");
   std::string rate = s.confirm_runs ? detail::percent(s.rate) + " (95% CI " + detail::percent(s.rate_lower95) + " – " +
-                                          detail::percent(s.rate_upper95) + ") in " + std::to_string(s.confirm_runs) + " runs"
+                                          detail::percent(s.rate_upper95) + ") in " + detail::counted(s.confirm_runs, "run")
                                     : "not measured (" + s.stopped + ")";
-  return "reproduces at " + rate + "; " + std::to_string(s.runs_spent) + " runs spent" +
+  return "reproduces at " + rate + "; " + detail::counted(s.runs_spent, "run") + " spent" +
          (s.stopped == "done" ? "" : "; stopped: " + s.stopped);
 }
 
@@ -37,7 +37,7 @@ void shrink_markdown(const harness::shrink_record& s, std::string& out) {
   out += "\n#### " + markdown_code(s.run_id) + ": " + s.outcome + (s.phase.empty() ? "" : "/" + s.phase) + " " +
          markdown_code(s.signature.empty() ? "(none)" : s.signature) + "\n\n";
   out += "Original " + markdown_code(s.original) + " (the failure in " + std::to_string(s.original_hits) + " of " +
-         std::to_string(s.original_runs) + " runs); minimal " + markdown_code(s.minimal.empty() ? "(none)" : s.minimal) + ": " +
+         detail::counted(s.original_runs, "run") + "); minimal " + markdown_code(s.minimal.empty() ? "(none)" : s.minimal) + ": " +
          minimal_line(s) + ".\n\n";
   if (s.steps.empty()) return;
   out += "| # | change | spec | kept | failure in |\n|--:|---|---|:-:|---|\n";
@@ -49,8 +49,8 @@ void shrink_markdown(const harness::shrink_record& s, std::string& out) {
 }
 
 void bisect_markdown(const harness::bisect_record& b, std::string& out) {
-  out += "\n### Bisect\n\n" + markdown_code(b.good) + " (good) to " + markdown_code(b.bad) + " (bad), " + std::to_string(b.commits) +
-         " commits, at most " + std::to_string(b.runs) + " runs a commit, alpha " + detail::p_value(b.alpha) +
+  out += "\n### Bisect\n\n" + markdown_code(b.good) + " (good) to " + markdown_code(b.bad) + " (bad), " +
+         detail::counted(b.commits, "commit") + ", at most " + detail::counted(b.runs, "run") + " a commit, alpha " + detail::p_value(b.alpha) +
          (b.signature ? ", failures signed " + markdown_code(*b.signature) : std::string()) + ".\n\n";
   out += "| commit | role | verdict | runs | failures | rate | p(like bad) | p(like good) | subject |\n";
   out += "|---|---|---|--:|--:|--:|--:|--:|---|\n";

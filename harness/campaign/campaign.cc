@@ -57,6 +57,7 @@ run_record to_record(const run_report& rep, const variant& v, const std::string&
   r.timestamp = detail::iso_utc(rep.started);
   r.command = argv;
   r.kind = v.kind;
+  r.replay = v.replay;
   return r;
 }
 
@@ -479,7 +480,7 @@ core::status campaign::resume_run(const run_record& r, std::uint64_t line, bool 
 core::result<campaign_result> campaign::perform() {
   const std::uint64_t owned = owned_runs(numbering_.total(), o_.part);
   const std::uint64_t to_perform = owned - std::min(owned, tally_.resumed());
-  progress_.emplace(o_.progress, o_.progress_tty, o_.deadline ? 0 : to_perform, o_.progress_interval);
+  progress_.emplace(o_.progress, o_.progress_tty, o_.deadline ? 0 : owned, o_.progress_interval, tally_.resumed());
   if (o_.progress_suffix) progress_->set_suffix(o_.progress_suffix);
   warn_.through(&*progress_);
   scheduler_.emplace(o_, numbering_, std::move(tally_), &*progress_);
@@ -602,6 +603,7 @@ core::result<campaign_result> campaign::result(unsigned threads, const std::vect
   r.jobs = threads;
   r.resumed = scheduler_->resumed();
   r.performed = scheduler_->performed();
+  r.planned = o_.deadline ? 0 : owned_runs(numbering_.total(), o_.part);
   r.stopped_early = scheduler_->stopped_early();
   r.deadline_reached = scheduler_->deadline_reached();
   r.interrupted = o_.cancel && o_.cancel->load();

@@ -42,6 +42,7 @@
 // `check_shm` attribution matters (it is then only done with one job).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -81,6 +82,9 @@ struct variant {
   /// only while the slots of the runs in flight plus its own stay within jobs (at most jobs each).
   /// Runs still start in run-number order: a wide run waits for room rather than being overtaken.
   unsigned slots = 1;
+  /// The options of the command line that made it which change what its runs do (timeout, env,
+  /// preload, crash capture), as a replay gives them again: recorded in each run's `replay`.
+  std::vector<std::string> replay;
 };
 
 /// Which runs keep their log and run directory once recorded.
@@ -154,6 +158,7 @@ struct campaign_result {
   std::vector<variant_summary> summaries;  ///< one per variant, in the order of `variants`
   std::uint64_t performed = 0;           ///< runs performed by this call
   std::uint64_t resumed = 0;             ///< runs found already recorded (resume), counted once
+  std::uint64_t planned = 0;             ///< runs this campaign (its shard) is made of; 0 with a deadline
   unsigned jobs = 0;                     ///< runs that were in flight at once, at most
   std::vector<std::string> warnings;     ///< every warning given through `warn`, in order
   bool interrupted = false;              ///< cancelled before the end
@@ -161,6 +166,9 @@ struct campaign_result {
   std::vector<int> stray_pids;           ///< unattributed processes killed at the end
   std::vector<std::string> stray_shm;    ///< /dev/shm/faultline* entries left (removed)
   bool deadline_reached = false;         ///< the deadline stopped it before `repeat` ran out
+
+  /// Runs of `planned` neither recorded before nor performed now (what --resume would run).
+  std::uint64_t not_performed() const { return planned - std::min(planned, resumed + performed); }
 };
 
 /// "exit-static-pool.s42": the variant name made file-safe, plus the seed.

@@ -18,6 +18,34 @@ TEST(progress_meter, line_reports_runs_failures_rate_elapsed_and_estimate) {
             "faultline: 1/2 runs, 0 failures (0.0%), 0s elapsed, ~0s left");
   EXPECT_EQ(progress_meter::line(10, 0, 20, std::chrono::seconds(90)),
             "faultline: 10/20 runs, 0 failures (0.0%), 1m30s elapsed, ~1m30s left");
+  EXPECT_EQ(progress_meter::line(1, 0, 0, std::chrono::seconds(1)), "faultline: 1 run, 0 failures (0.0%), 1s elapsed");
+}
+
+// A resumed campaign: the runs an earlier invocation recorded count in `done` as their failures
+// count in `failures`, and took none of the elapsed time, so the estimate is made from the rest.
+TEST(progress_meter, a_resumed_campaign_counts_the_resumed_runs_and_estimates_from_the_others) {
+  EXPECT_EQ(progress_meter::line(5, 5, 10, std::chrono::seconds(30), 2),
+            "faultline: 5/10 runs (2 resumed), 5 failures (100.0%), 30s elapsed, ~50s left");
+  EXPECT_EQ(progress_meter::line(2, 1, 10, std::chrono::seconds(3), 2),
+            "faultline: 2/10 runs (2 resumed), 1 failure (50.0%), 3s elapsed");
+}
+
+// Issue 38 (11): off a terminal the final line repeated the last one printed, word for word.
+TEST(progress_meter, the_final_line_is_not_a_repeat_of_the_last_one) {
+  std::ostringstream out;
+  progress_meter p(&out, false, 10, std::chrono::milliseconds(0));
+  p.update(1, 1);
+  p.update(2, 1);
+  p.finish();
+  const std::string text = out.str();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
+  EXPECT_EQ(text.find("faultline: 2/10 runs"), text.rfind("faultline: 2/10 runs")) << text;
+  std::ostringstream later;
+  progress_meter q(&later, false, 10, std::chrono::hours(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  q.update(1, 0);
+  q.finish();  // printed nothing yet: a short campaign's summary says it all
+  EXPECT_EQ(later.str(), "");
 }
 
 TEST(progress_meter, off_a_terminal_prints_at_most_once_per_interval) {
@@ -28,9 +56,9 @@ TEST(progress_meter, off_a_terminal_prints_at_most_once_per_interval) {
   progress_meter q(&out, false, 10, std::chrono::milliseconds(0));
   q.update(1, 1);
   q.update(2, 1);
-  q.finish();
+  q.finish();  // nothing new to say
   const std::string text = out.str();
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
   EXPECT_EQ(text.find('\r'), std::string::npos);
 }
 

@@ -18,6 +18,7 @@
 
 #include "core/points/random.h"
 #include "harness/campaign/duration.h"
+#include "harness/results/counted.h"
 #include "harness/campaign/fault_space.h"
 #include "harness/campaign/scenario_variant.h"
 #include "harness/campaign/state_file.h"
@@ -108,7 +109,7 @@ core::status check_resume(const soak_state& was, const soak_options& o) {
   }
   bool same = was.scenarios.size() == o.scenarios.size();
   for (std::size_t i = 0; same && i < o.scenarios.size(); ++i) same = was.scenarios[i].first == o.scenarios[i].name;
-  if (!same) return refuse(o.out_dir, "it soaks another list of scenarios (" + std::to_string(was.scenarios.size()) + " scenarios)");
+  if (!same) return refuse(o.out_dir, "it soaks another list of scenarios (" + counted(was.scenarios.size(), "scenario") + ")");
   for (std::size_t i = 0; i < o.scenarios.size(); ++i)
     if (was.scenarios[i].second != o.scenarios[i].fault_space)
       return refuse(o.out_dir, "the fault space of " + o.scenarios[i].name + " changed since it started (a rebuilt scenario binary?)");
@@ -154,16 +155,17 @@ class leak_checker {
   // Lines describing each leak found (empty when none).
   std::vector<std::string> check(std::uint64_t after_runs) {
     std::vector<std::string> found;
-    const std::string when = " (found after " + std::to_string(after_runs) + " runs)";
+    const std::string when = " (found after " + counted(after_runs, "run") + ")";
     // Processes that escaped every run's tree.
     for (pid_t pid : stray_children()) {
       process_tree t(pid, "");
       t.refresh();
       std::string pids;
-      for (pid_t p : t.pids()) pids += " " + std::to_string(p);
+      const auto tree = t.pids();
+      for (pid_t p : tree) pids += " " + std::to_string(p);
       t.terminate(grace_);
       t.reap();
-      found.push_back("process(es) no run could claim, killed:" + pids + when);
+      found.push_back(std::string(tree.size() == 1 ? "a process" : "processes") + " no run could claim, killed:" + pids + when);
     }
     reap_strays();
     // Shared memory nobody holds any more. Another program on the machine (a test beside the
@@ -249,7 +251,7 @@ std::vector<std::string> points_never_reached(const soak_options& o, const fs::p
     for (const auto& item : sc.fault_space) {
       const std::string point = item.substr(0, item.find('='));
       if (!reached[sc.name].count(point))
-        out.push_back(sc.name + ": " + point + " (in none of its " + std::to_string(runs[sc.name]) + " runs)");
+        out.push_back(sc.name + ": " + point + " (in none of its " + counted(runs[sc.name], "run") + ")");
     }
   }
   return out;
@@ -283,7 +285,10 @@ core::result<soak_state> starting_state(const soak_options& o) {
     was = std::move(*r);
     std::error_code ec;
     if (!was && fs::exists(o.out_dir / "results.jsonl", ec))
-      return refuse(o.out_dir, "it holds results but no " + std::string(soak_state_file) + " (a campaign of `run`, not a soak?)");
+      return core::status(core::errc::invalid_argument,
+                          "cannot resume a soak in " + o.out_dir.string() + ": it holds results but no " + soak_state_file +
+                              ", so they are a campaign's (of run, exec or verify), not a soak's; continue it with the command "
+                              "that made it and --resume, or give the soak another --out");
   }
   soak_state state;
   if (was) {
@@ -309,6 +314,12 @@ std::vector<variant> soak_variants(const soak_options& o) {
   for (const auto& sc : o.scenarios) {
     const milliseconds timeout(static_cast<std::int64_t>(static_cast<double>(sc.timeout.count()) * o.timeout_scale));
     variants.push_back(scenario_variant(sc, sc.name, "", timeout, {}, o.scenario_binary));
+    // A scaled timeout is not the scenario's own: its replay must give it.
+    variants.back().replay = o.replay;
+    if (timeout != sc.timeout) {
+      variants.back().replay.push_back("--timeout");
+      variants.back().replay.push_back(format_duration(timeout));
+    }
   }
   return variants;
 }

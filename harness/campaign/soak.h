@@ -102,6 +102,9 @@ struct soak_options {
   crash_capture crash = crash_capture::automatic;
   keep_policy keep = keep_policy::failures;
   std::vector<std::string> env;            ///< base environment of every run
+  /// Options a scenario's replay line gives again (--env, --crash-capture: the command fills them
+  /// in); a scaled timeout is added per scenario. A command's are its variant's own `replay`.
+  std::vector<std::string> replay;
   std::ostream* progress = nullptr;
   bool progress_tty = false;
   const std::atomic<bool>* cancel = nullptr;

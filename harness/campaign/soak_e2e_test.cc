@@ -253,6 +253,13 @@ TEST_F(soak_e2e, a_resume_with_another_seed_or_scenario_list_is_refused_and_chan
   auto not_soak = testing_util::run_faultline({"soak", "--budget", "1s", "--out", campaign.string(), "--resume"}, fake_env());
   EXPECT_EQ(not_soak.status, 2);
   EXPECT_NE(not_soak.err.find("no soak.json"), std::string::npos) << not_soak.err;
+  // Issue 38 (11): an exec folder was called "a campaign of `run`".
+  const fs::path exec_dir = dir_.path() / "exec";
+  ASSERT_EQ(testing_util::run_faultline({"exec", "--out", exec_dir.string(), "--", "/bin/true"}).status, 0);
+  auto exec_not_soak = testing_util::run_faultline({"soak", "--budget", "1s", "--out", exec_dir.string(), "--resume", "--", "/bin/true"});
+  EXPECT_EQ(exec_not_soak.status, 2);
+  EXPECT_NE(exec_not_soak.err.find("a campaign's (of run, exec or verify), not a soak's"), std::string::npos) << exec_not_soak.err;
+  EXPECT_EQ(exec_not_soak.err.find("a campaign of `run`"), std::string::npos) << exec_not_soak.err;
 }
 
 TEST_F(soak_e2e, a_soak_in_out_is_never_replaced_unasked) {

@@ -152,6 +152,7 @@ void to_json(nlohmann::json& j, const run_record& r) {
       {"command", r.command},
   };
   if (r.kind) j["kind"] = to_string(*r.kind);
+  if (!r.replay.empty()) j["replay"] = r.replay;
   if (!r.points_reached.empty()) j["points_reached"] = r.points_reached;
   if (!r.frames.empty()) j["frames"] = r.frames;
   if (!r.late_cuda.empty()) {
@@ -198,6 +199,7 @@ void from_json(const nlohmann::json& j, run_record& r) {
     r.kind = variant_kind_from_string(it->get<std::string>());
     if (!r.kind) throw nlohmann::json::other_error::create(501, "unknown kind " + it->dump(), &j);
   }
+  r.replay = j.value("replay", std::vector<std::string>{});
   r.points_reached = j.value("points_reached", std::vector<std::string>{});
   r.late_cuda.clear();
   if (auto late = j.find("late_cuda"); late != j.end()) {

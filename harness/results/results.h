@@ -10,12 +10,12 @@
 //   w.append(record);                                  // thread-safe, one line per call
 //   auto all = harness::read_results("out/results.jsonl");
 //
-// Line format (fields always present, null where not applicable, except "points_reached",
-// "frames", "late_cuda" and "ranks", which are left out when empty, and "kind", which files
-// written before it was recorded lack):
+// Line format (fields always present, null where not applicable, except "replay",
+// "points_reached", "frames", "late_cuda" and "ranks", which are left out when empty, and "kind", which
+// files written before it was recorded lack):
 //   {"run_id","run","name","seed","faults","injected","outcome","phase","exit_code",
 //    "signal":{"name","number"},"duration_ms","signature","log","stacks","frames","leaked_pids",
-//    "leaked_shm","timestamp","command","kind","points_reached","late_cuda","ranks"}
+//    "leaked_shm","timestamp","command","kind","replay","points_reached","late_cuda","ranks"}
 // "stacks" is a hang's stack dump (runs/RUN/stacks.txt) or a crash's (runs/RUN/crash-stacks.txt);
 // "frames" the top frames of the stack its signature was made from ("f  (module)", top first).
 // Paths ("log", "stacks") are relative to the directory that holds the results file, so an output
@@ -132,6 +132,10 @@ struct run_record {
   /// What its variant is ("kind" in JSON), set by the campaign from variant::kind. Records written
   /// before the field existed have none (nullopt; identity_of tells them apart by their command).
   std::optional<variant_kind> kind;
+  /// The options of the faultline command line that changed what the run did, beyond its seed
+  /// and faults, as a replay line gives them again (["--timeout", "30s", "--env", "K=V",
+  /// "--no-preload"]): every repro line, the command's and the reports', adds them.
+  std::vector<std::string> replay;
   /// Fault-spec point patterns that some process of the run reached (its points.PID files),
   /// sorted, each once. Empty when the run had no faults or reached none of them.
   std::vector<std::string> points_reached;

@@ -171,6 +171,15 @@ TEST(run_record, points_reached_round_trips_and_is_left_out_when_empty) {
   EXPECT_EQ(j.get<run_record>().points_reached, a.points_reached);
 }
 
+TEST(run_record, replay_options_round_trip_and_are_left_out_when_none) {
+  auto a = sample(3);
+  EXPECT_FALSE(nlohmann::json(a).contains("replay"));
+  a.replay = {"--timeout", "30s", "--env", "K=a b", "--no-preload"};
+  auto j = nlohmann::json(a);
+  EXPECT_EQ(j["replay"], nlohmann::json({"--timeout", "30s", "--env", "K=a b", "--no-preload"}));
+  EXPECT_EQ(j.get<run_record>().replay, a.replay);
+}
+
 TEST(run_record, frames_round_trip_and_are_left_out_when_empty) {
   auto a = sample(3);
   EXPECT_FALSE(nlohmann::json(a).contains("frames"));

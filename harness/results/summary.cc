@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "faults/spec.h"
+#include "harness/results/stack_hints.h"
 
 namespace faultline::harness {
 namespace {
@@ -127,6 +128,8 @@ nlohmann::json to_json(const variant_summary& s) {
                     {"stacks", g.first_stacks.empty() ? nlohmann::json(nullptr) : nlohmann::json(g.first_stacks)},
                     {"frames", g.first_frames}});
     if (!g.first_ranks.empty()) sigs.back()["ranks"] = g.first_ranks;
+    if (g.result == outcome::hang)
+      if (const std::string hint = python_frames_hint(g.first_frames); !hint.empty()) sigs.back()["hint"] = hint;
   }
   nlohmann::json j = {{"name", s.name},
                       {"runs", s.runs},

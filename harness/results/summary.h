@@ -111,7 +111,8 @@ std::vector<variant_summary> summarise(const std::vector<run_record>& records, c
 
 /// {"name","runs","outcomes":{...},"failures","failure_rate","failure_rate_lower95",
 ///  "failure_rate_upper95","signatures":[{"signature","count","phase","outcome","first_run","log",
-///  "stacks","frames"}]} ("stacks" null and "frames" [] when the first run has none)
+///  "stacks","frames"}]} ("stacks" null and "frames" [] when the first run has none; a hang's
+///  signature also has "hint" when its frames are a Python interpreter's own: stack_hints.h)
 /// plus "points_never_reached":[...] for a variant with a fault spec ([] when every point of it
 /// was reached).
 nlohmann::json to_json(const variant_summary& s);

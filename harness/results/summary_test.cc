@@ -3,6 +3,7 @@
 // the replay candidates), and a variant with a fault spec names the points no run reached.
 // Method: the same records are fed in run order and shuffled with fixed seeds, and compared.
 #include "harness/results/summary.h"
+#include "harness/results/stack_hints.h"
 
 #include <gtest/gtest.h>
 
@@ -116,6 +117,32 @@ TEST(summary_builder, a_signature_points_to_its_first_runs_stacks_and_top_frames
   EXPECT_EQ(j["signatures"][0]["frames"], nlohmann::json({"f  (prog)", "main  (prog)"}));
   EXPECT_TRUE(j["signatures"][1]["stacks"].is_null());
   EXPECT_EQ(j["signatures"][1]["frames"], nlohmann::json::array());
+}
+
+// Issue 38 (11): a Python hang named by the interpreter's own C frames gave no hint that py-spy
+// (or FAULTLINE_PY_SPY) would name the Python functions.
+TEST(python_frames_hint, is_given_for_an_interpreters_own_frames_only) {
+  const std::vector<std::string> interpreter = {"clock_nanosleep  (libc.so.6)", "pysleep  (python3.11)",
+                                                "??  (python3.11+0x1c2d3, no symbol)"};
+  const std::string hint = python_frames_hint(interpreter);
+  EXPECT_NE(hint.find("py-spy"), std::string::npos) << hint;
+  EXPECT_NE(hint.find("FAULTLINE_PY_SPY"), std::string::npos) << hint;
+  EXPECT_NE(python_frames_hint({"PyEval_EvalCode  (libpython3.12.so.1.0)"}), "");
+  EXPECT_EQ(python_frames_hint({"wait_for_child  (/srv/t/test_ipc.py)", "<module>  (/srv/t/test_ipc.py)"}), "");
+  EXPECT_EQ(python_frames_hint({"f  (prog)", "main  (prog)"}), "");
+  EXPECT_EQ(python_frames_hint({}), "");
+
+  summary_builder b(std::vector<summary_key>{{"python3", ""}});
+  auto hung = rec(0, "python3", outcome::hang, "hang: pysleep");
+  hung.frames = interpreter;
+  b.add(hung);
+  auto j = to_json(b.summaries().at(0));
+  EXPECT_EQ(j["signatures"][0]["hint"], hint);
+  auto crashed = rec(1, "python3", outcome::crash, "SIGSEGV: pysleep");  // py-spy reads no crash
+  crashed.frames = interpreter;
+  summary_builder c(std::vector<summary_key>{{"python3", ""}});
+  c.add(crashed);
+  EXPECT_FALSE(to_json(c.summaries().at(0))["signatures"][0].contains("hint"));
 }
 
 TEST(summary_builder, ignores_records_of_other_variants) {

@@ -631,7 +631,9 @@ std::vector<std::string> top_frame_lines(const std::vector<frame>& frames, std::
   for (std::size_t i = below_handler ? after_handler(frames) : 0; i < frames.size() && out.size() < max; ++i) {
     const frame& f = frames[i];
     const bool has_module = !f.module.empty() && f.module != "??";
-    if (unnamed(f)) out.push_back(has_module ? module_and_offset(f) : "??");
+    // A frame no symbol names (a stripped binary's: a `sh -c` wrapper's dash) says so, with the
+    // place an engineer can look up.
+    if (unnamed(f)) out.push_back(has_module ? "??  (" + module_and_offset(f) + ", no symbol)" : "??");
     else out.push_back(has_module ? f.function + "  (" + std::string(basename(f.module)) + ")" : f.function);
   }
   return out;
@@ -648,6 +650,22 @@ std::set<pid_t> python_processes(const std::vector<thread_stack>& threads) {
   return out;
 }
 
+// Where a blocked thread is, for a hang's signature: its topmost program frame that has a name
+// (the call that blocks; a program's own signal handler that deadlocked included: no frame is
+// skipped for being a handler's), with `named` true; else, when its program frames are all
+// unnamed (a stripped binary: a `sh -c` wrapper's dash), its module, "dash (no symbols)": an
+// offset says nothing to a reader, and the same binary blocked elsewhere is the same hang to
+// group. nullopt for a thread with no program frame.
+std::optional<std::pair<std::string, bool>> blocked_in(const thread_stack& t) {
+  std::optional<std::pair<std::string, bool>> unnamed_module;
+  for (const frame& f : t.frames) {
+    if (!meaningful(f)) continue;
+    if (!unnamed(f)) return std::pair{f.function, true};
+    if (!unnamed_module) unnamed_module = std::pair{std::string(basename(f.module)) + " (no symbols)", false};
+  }
+  return unnamed_module;
+}
+
 }  // namespace
 
 std::string hang_signature(std::string_view stacks_text, std::size_t depth) {
@@ -655,18 +673,15 @@ std::string hang_signature(std::string_view stacks_text, std::size_t depth) {
   std::vector<std::vector<frame>*> stacks;
   for (auto& t : threads) stacks.push_back(&t.frames);
   symbolise_stacks(stacks);
-  // A blocked thread's topmost program frame is the call that blocks (a program's own signal
-  // handler that deadlocked included: no frame is skipped for being a handler's).
   const std::set<pid_t> python = python_processes(threads);
-  std::set<std::string> where;
+  // Threads named by a function hide those named by a module only: a wrapper never hides the
+  // program it runs.
+  std::set<std::string> named, modules;
   for (const auto& t : threads) {
     if (!t.python && python.count(t.pid)) continue;
-    for (const frame& f : t.frames) {
-      if (!meaningful(f)) continue;
-      where.insert(label(f));
-      break;
-    }
+    if (auto where = blocked_in(t)) (where->second ? named : modules).insert(where->first);
   }
+  const std::set<std::string>& where = named.empty() ? modules : named;
   std::string out;
   std::size_t taken = 0;
   for (const auto& w : where) {
@@ -840,13 +855,15 @@ void classify_hang(const run_evidence& e, const work_phases& work, classificatio
       // The stack shown: the first thread blocked in the program's code, else the leader's.
       auto threads = parse_stacks(*text);
       const std::set<pid_t> python = python_processes(threads);
+      // A thread named by a function before one named by its module only (a wrapper shell's).
       std::vector<frame>* shown = nullptr;
-      for (auto& t : threads) {
-        if (!t.python && python.count(t.pid)) continue;
-        const bool in_program = std::any_of(t.frames.begin(), t.frames.end(), [](const frame& f) { return meaningful(f); });
-        if (!shown && ((!frames_sig.empty() && in_program) || (frames_sig.empty() && t.pid == e.leader && t.tid == e.leader)))
-          shown = &t.frames;
-      }
+      for (const bool want_named : {true, false})
+        for (auto& t : threads) {
+          if (shown || (!t.python && python.count(t.pid))) continue;
+          auto where = blocked_in(t);
+          const bool in_program = where && (where->second || !want_named);
+          if ((!frames_sig.empty() && in_program) || (frames_sig.empty() && t.pid == e.leader && t.tid == e.leader)) shown = &t.frames;
+        }
       if (shown) {
         symbolise(*shown);
         // No thread is in the program's code: name the runtime the leader is stuck in.

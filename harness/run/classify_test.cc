@@ -655,11 +655,56 @@ TEST(top_frame_lines, names_module_and_offset_of_unnamed_frames_and_stops_at_the
                                      {"??", "/opt/app/prog", 0x1234, true},
                                      {"main", "/opt/app/prog", 0x1300, true},
                                      {"??", "", 0, false}};
-  EXPECT_EQ(top_frame_lines(frames), (std::vector<std::string>{"prog+0x1234", "main  (prog)", "??"}));
-  EXPECT_EQ(top_frame_lines(frames, 1), (std::vector<std::string>{"prog+0x1234"}));
+  EXPECT_EQ(top_frame_lines(frames), (std::vector<std::string>{"??  (prog+0x1234, no symbol)", "main  (prog)", "??"}));
+  EXPECT_EQ(top_frame_lines(frames, 1), (std::vector<std::string>{"??  (prog+0x1234, no symbol)"}));
   // A hang's stack keeps its handler's frames: the thread may block there.
   EXPECT_EQ(top_frame_lines(frames, 3, false),
-            (std::vector<std::string>{"on_crash  (libfaultline_agent.so)", "<signal handler called>", "prog+0x1234"}));
+            (std::vector<std::string>{"on_crash  (libfaultline_agent.so)", "<signal handler called>", "??  (prog+0x1234, no symbol)"}));
+}
+
+// Issue 38 (11): a hang under a `sh -c` wrapper was signed "hang: dash+0xbcc0", the stripped
+// shell's frame, beside or instead of the program's. A thread whose program frames have no name
+// is named by its module, and only when no thread is named by a function.
+constexpr const char* sh_wrapper_stacks =
+    "=== process 100 (sh) ppid 1 pgrp 100 state S via agent ===\n"
+    "thread 100 sh\n"
+    "#0 0x7f01 /lib/x86_64-linux-gnu/libc.so.6+0xe4a3a wait4\n"
+    "#1 0x5501 /usr/bin/dash+0xbcc0 ??\n"
+    "#2 0x5502 /usr/bin/dash+0x4100 ??\n"
+    "\n";
+constexpr const char* wrapped_program_stacks =
+    "=== process 101 (prog) ppid 100 pgrp 100 state S via agent ===\n"
+    "thread 101 prog\n"
+    "#0 0x7f02 /lib/x86_64-linux-gnu/libc.so.6+0x100 read\n"
+    "#1 0x5503 /opt/child+0x200 ??\n"
+    "#2 0x5504 /opt/child+0x300 wait_for_parent()\n"
+    "#3 0x5505 /opt/child+0x400 main\n"
+    "\n";
+
+TEST(hang_signature, a_stripped_wrapper_is_named_by_its_module_and_never_hides_the_program) {
+  EXPECT_EQ(hang_signature(sh_wrapper_stacks), "dash (no symbols)");
+  // The program's named frame wins over its own unnamed one above it, and over the wrapper.
+  EXPECT_EQ(hang_signature(std::string(sh_wrapper_stacks) + wrapped_program_stacks), "wait_for_parent");
+}
+
+TEST_F(classify_dir, a_hang_under_a_wrapper_shows_the_programs_stack_and_says_what_has_no_symbol) {
+  write(stacks_file, std::string(sh_wrapper_stacks) + wrapped_program_stacks);
+  e_.stacks_path = dir_ / stacks_file;
+  e_.leader = 100;
+  e_.timed_out = true;
+  e_.wait_status = killed(SIGKILL);
+  auto c = classify(e_);
+  EXPECT_EQ(c.signature, "hang: wait_for_parent");
+  ASSERT_GE(c.top_frames.size(), 3u);
+  EXPECT_EQ(c.top_frames[0], "read  (libc.so.6)");
+  EXPECT_EQ(c.top_frames[1], "??  (child+0x200, no symbol)");
+  EXPECT_EQ(c.top_frames[2].rfind("wait_for_parent", 0), 0u) << c.top_frames[2];
+  // The wrapper alone.
+  write(stacks_file, sh_wrapper_stacks);
+  c = classify(e_);
+  EXPECT_EQ(c.signature, "hang: dash (no symbols)");
+  ASSERT_GE(c.top_frames.size(), 2u);
+  EXPECT_EQ(c.top_frames[1], "??  (dash+0xbcc0, no symbol)");
 }
 
 TEST_F(classify_dir, crash_falls_back_to_the_crash_file_without_the_thread_or_the_file) {

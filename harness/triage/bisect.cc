@@ -7,6 +7,7 @@
 #include "harness/campaign/out_lock.h"
 #include "harness/campaign/state_file.h"
 #include "harness/detail/sys.h"
+#include "harness/results/counted.h"
 #include "harness/run/process.h"
 #include "harness/triage/sampler.h"
 #include "reports/significance.h"
@@ -104,29 +105,60 @@ struct bisector {
     return "";
   }
 
-  // Runs the command at `commit`: all `runs` runs for an endpoint, batches until decided else.
-  core::result<bisect_step> measure(const std::string& commit, const std::string& role) {
+  // Why the command's program cannot be started in `wt` ("" when it can): exec's check
+  // (find_program), with a relative path looked up in the worktree, where the shell that runs
+  // the command looks for it; the message names the program as the user wrote it.
+  std::string cannot_run(const fs::path& wt) const {
+    if (o.program.empty()) return "";
+    const bool in_worktree = o.program.find('/') != std::string::npos && o.program.front() != '/';
+    auto found = find_program(in_worktree ? (wt / o.program).string() : o.program);
+    if (found) return "";
+    std::string why = found.error().message();
+    const std::string prefix = (wt / "").string();
+    if (in_worktree && why.compare(0, prefix.size(), prefix) == 0) why.erase(0, prefix.size());
+    return why;
+  }
+
+  // A commit checked out and built, ready to run (`wt`), or skipped (`wt` empty, the step says why).
+  struct prepared {
+    bisect_step step;
+    fs::path wt;
+    std::string cannot_run;  // skipped because the program cannot be started there: why
+  };
+
+  core::result<prepared> prepare(const std::string& commit, const std::string& role) {
     auto subject = git(o.repo, {"log", "-1", "--format=%s", commit});
-    bisect_step s;
-    s.commit = commit;
-    s.subject = subject ? *subject : std::string();
-    s.role = role;
-    s.verdict = "undecided";
+    prepared p;
+    p.step.commit = commit;
+    p.step.subject = subject ? *subject : std::string();
+    p.step.role = role;
+    p.step.verdict = "undecided";
     auto wt = trees.add(commit);
     if (!wt) return wt.error();
-    if (std::string why = build(*wt); !why.empty()) {
+    std::string why = build(*wt);
+    if (why.empty() && !(p.cannot_run = cannot_run(*wt)).empty()) why = "the command cannot be run: " + p.cannot_run;
+    if (!why.empty()) {
       trees.remove(*wt);
-      s.verdict = "skip";
-      s.why = why;
-      return s;
+      p.step.verdict = "skip";
+      p.step.why = why;
+      return p;
     }
-    const variant v = o.make_variant(*wt);
+    p.wt = *wt;
+    return p;
+  }
+
+  // Runs the command in a prepared worktree, then removes it: all `runs` runs for an endpoint,
+  // batches until decided else.
+  core::result<bisect_step> sample(prepared p) {
+    bisect_step& s = p.step;
+    const std::string& role = s.role;
+    const variant v = o.make_variant(p.wt);
     const std::uint64_t looks = (o.runs + o.batch - 1) / o.batch;
     while (s.runs < o.runs && !cancelled()) {
       const std::uint64_t n = role == "step" ? std::min(o.batch, o.runs - s.runs) : o.runs;
       auto got = runs.sample(v, o.seed + s.runs, n, [this](const run_record& x) { return counts(x); });
       if (!got) {
-        trees.remove(*wt);
+        trees.remove(p.wt);
         return got.error();
       }
       s.runs += got->runs;
@@ -138,10 +170,18 @@ struct bisector {
         break;
       }
     }
-    trees.remove(*wt);
+    trees.remove(p.wt);
     if (role != "step") s.verdict = role;
-    else if (s.verdict == "undecided") s.why = cancelled() ? "interrupted" : "neither like good nor like bad after " + std::to_string(s.runs) + " runs";
+    else if (s.verdict == "undecided") s.why = cancelled() ? "interrupted" : "neither like good nor like bad after " + counted(s.runs, "run");
     return s;
+  }
+
+  // A commit between the endpoints, from checkout to verdict.
+  core::result<bisect_step> measure(const std::string& commit) {
+    auto p = prepare(commit, "step");
+    if (!p) return p.error();
+    if (p->wt.empty()) return p->step;
+    return sample(std::move(*p));
   }
 
   core::status record(const bisect_step& s) {
@@ -154,22 +194,54 @@ struct bisector {
   // bisect killed while it writes, never leaves half of one.
   core::status save() const { return write_state_file(o.out_dir / bisect_file, nlohmann::json(to_record(r, o))); }
 
-  core::status endpoints(const std::string& good, const std::string& bad);
+  core::result<std::vector<prepared>> prepare_endpoints(const std::string& good, const std::string& bad);
+  core::status endpoints(std::vector<prepared> ends);
   core::status search(const std::vector<std::string>& commits);
 };
 
-core::status bisector::endpoints(const std::string& good, const std::string& bad) {
+// Both endpoints checked out and built before either runs, so a program that cannot be started
+// at either is refused before any run (as exec refuses it): without that, every run fails with
+// the shell's "not found" and the answer would blame the statistics.
+core::result<std::vector<bisector::prepared>> bisector::prepare_endpoints(const std::string& good, const std::string& bad) {
+  std::vector<prepared> ends;
   for (const auto& [commit, role] : {std::pair{good, "good"}, std::pair{bad, "bad"}}) {
-    auto s = measure(commit, role);
-    if (!s) return s.error();
-    if (s->verdict == "skip") {
-      r.problem = std::string("the ") + role + " revision did not build: " + s->why;
-      return record(*s);
+    auto p = prepare(commit, role);
+    if (!p) return p.error();
+    if (!p->cannot_run.empty()) {
+      for (auto& e : ends)
+        if (!e.wt.empty()) trees.remove(e.wt);
+      return core::status(core::errc::invalid_argument,
+                          std::string("the command cannot be run at the ") + role + " revision (" + commit.substr(0, 12) + "): " +
+                              p->cannot_run +
+                              (o.build.empty() ? " (without --build, a worktree holds only the files its commit tracks)" : ""));
     }
-    (role == std::string("good") ? good_ref : bad_ref) = {s->failures, s->runs};
-    if (auto w = record(*s); !w) return w;
-    if (cancelled()) return {};
+    const bool skipped = p->wt.empty();
+    ends.push_back(std::move(*p));
+    if (skipped) break;  // did not build: the bisect stops there
   }
+  return ends;
+}
+
+core::status bisector::endpoints(std::vector<prepared> ends) {
+  for (auto& p : ends)
+    if (p.wt.empty()) {  // did not build: nothing runs
+      r.problem = "the " + p.step.role + " revision did not build: " + p.step.why;
+      for (auto& e : ends)
+        if (!e.wt.empty()) trees.remove(e.wt);
+      return record(p.step);
+    }
+  for (auto& p : ends) {
+    const std::string role = p.step.role;
+    if (cancelled()) {
+      trees.remove(p.wt);
+      continue;
+    }
+    auto s = sample(p);
+    if (!s) return s.error();
+    (role == "good" ? good_ref : bad_ref) = {s->failures, s->runs};
+    if (auto w = record(*s); !w) return w;
+  }
+  if (cancelled()) return {};
   const double p = reports::fisher_greater(good_ref, bad_ref);
   if (!(p < o.alpha))
     r.problem = "the bad revision's rate (" + std::to_string(bad_ref.failures) + "/" + std::to_string(bad_ref.runs) +
@@ -192,7 +264,7 @@ core::status bisector::search(const std::vector<std::string>& commits) {
       for (long c : {mid - d, mid + d + 1})
         if (pick < 0 && c > lo && c < hi && state[static_cast<std::size_t>(c)].empty()) pick = c;
     if (pick < 0) break;
-    auto s = measure(commits[static_cast<std::size_t>(pick)], "step");
+    auto s = measure(commits[static_cast<std::size_t>(pick)]);
     if (!s) return s.error();
     state[static_cast<std::size_t>(pick)] = s->verdict;
     if (auto w = record(*s); !w) return w;
@@ -247,7 +319,9 @@ core::result<bisect_result> run_bisect(const bisect_options& o) {
                         o.out_dir.string() + " holds " + held->describe(o.out_dir) + ": give the bisect a folder of its own");
   bisector b{o, worktrees(o.repo), sampler(o.run_settings, o.out_dir / "samples"), {}, {}, {}};
   b.r.commits = commits.size();
-  if (auto s = b.endpoints(revs->first, revs->second); !s) return s;
+  auto ends = b.prepare_endpoints(revs->first, revs->second);
+  if (!ends) return ends.error();
+  if (auto s = b.endpoints(std::move(*ends)); !s) return s;
   if (!b.r.problem.empty() || b.cancelled()) {
     b.r.interrupted = b.cancelled();
     return b.r;

@@ -2,7 +2,9 @@
 //
 // In a git checkout, each commit tested gets a worktree of its own (`git worktree add --detach`
 // into a temporary folder outside the checkout, removed after), is built there with the build
-// command (a build that fails skips the commit), and the command is run there as `faultline exec`
+// command (a build that fails skips the commit), its program is checked as `faultline exec` checks
+// one (an endpoint where it cannot be started is an error naming the revision; a commit between
+// them is skipped), and the command is run there as `faultline exec`
 // runs it (the caller builds the variant: sampler.h, so run_once), with seeds S, S+1, ... at
 // every commit. A run counts when it fails (or, with a signature, when its signature holds it).
 //
@@ -50,6 +52,9 @@ struct bisect_options {
   std::filesystem::path repo = ".";  ///< the git checkout
   std::string good, bad;             ///< revisions
   std::string build;                 ///< shell command run in each worktree ("" none)
+  /// The command's program (its argv[0]), checked at each commit once built: a name with a '/'
+  /// that is relative is looked up in the worktree, a bare name in PATH ("" no check).
+  std::string program;
   /// The variant that runs the command in a worktree (the command's floor builds it as exec does).
   std::function<variant(const std::filesystem::path& worktree)> make_variant;
   campaign_options run_settings;     ///< grace, stacks, crash capture, log limit, env, cancel
@@ -80,10 +85,11 @@ core::result<std::pair<std::string, std::string>> resolve_revisions(const std::f
 
 /// Bisects. The output folder is held (out_lock.h) while it runs, as a campaign holds its own, and
 /// must be a folder of its own: one holding a campaign, a soak or an earlier bisect is refused.
-/// Errors: invalid_argument as resolve_revisions; already_exists for such a folder ("OUT holds a
-/// bisect (OUT/bisect.json)"); busy when another campaign or bisect holds it; io_error when a
-/// worktree cannot be made; run_campaign's errors. Endpoints that do not differ are no error:
-/// `problem` says so.
+/// Errors: invalid_argument as resolve_revisions, and when `program` cannot be started at the good
+/// or the bad revision (naming the revision and why; before any run); already_exists for such a
+/// folder ("OUT holds a bisect (OUT/bisect.json)"); busy when another campaign or bisect holds it;
+/// io_error when a worktree cannot be made; run_campaign's errors. Endpoints that do not differ are
+/// no error: `problem` says so.
 core::result<bisect_result> run_bisect(const bisect_options& o);
 
 /// bisect.json (reports/ reads it back: triage_records.h).

@@ -54,7 +54,9 @@ TEST_F(shrink_e2e, a_failure_that_needs_one_of_three_terms_shrinks_to_that_term)
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("minimal:  exit/end=abort\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rate: 100.0% (95% CI 83.9% - 100.0%) in 20 runs"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("repro: faultline exec --seed 100 --repeat 1 --out faultline-repro --replace --faults exit/end=abort -- "),
+  // The shrink ran with --crash-capture none: its replay does too (issue 38, 10).
+  EXPECT_NE(r.out.find("repro: faultline exec --seed 100 --repeat 1 --out faultline-repro --replace --faults exit/end=abort "
+                       "--crash-capture none -- "),
             std::string::npos) << r.out;
   EXPECT_NE(r.out.find("runs spent: "), std::string::npos) << r.out;
   const auto j = shrink_json(run);
@@ -115,7 +117,7 @@ TEST_F(shrink_e2e, bad_arguments_are_usage_errors_and_change_nothing) {
 
 // A git history of eight commits of crash.sh, which crashes (SIGSEGV) when its run's seed mod 10
 // is below RATE: 0 up to commit `first_bad` - 1, 3 from it on. A commit whose script holds
-// "BROKEN" does not build (--build rejects it).
+// "BROKEN" does not build (--build rejects it); commit `missing` removes the script.
 class bisect_e2e : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -135,9 +137,15 @@ class bisect_e2e : public ::testing::Test {
     return text;
   }
   // Commits 1..8; returns their hashes.
-  std::vector<std::string> history(int first_bad, int broken = 0) {
+  std::vector<std::string> history(int first_bad, int broken = 0, int missing = 0) {
     std::vector<std::string> hashes;
     for (int i = 1; i <= 8; ++i) {
+      if (i == missing) {
+        git({"rm", "-q", "crash.sh"});
+        git({"commit", "-q", "-m", "commit " + std::to_string(i)});
+        hashes.push_back(git({"rev-parse", "HEAD"}));
+        continue;
+      }
       std::ofstream f(repo() / "crash.sh", std::ios::trunc);
       f << "#!/bin/sh\n# version " << i << (i == broken ? " BROKEN" : "") << "\nRATE=" << (i >= first_bad ? 3 : 0)
         << "\nif [ $((FAULTLINE_SEED % 10)) -lt $RATE ]; then kill -SEGV $$; fi\nexit 0\n";
@@ -181,6 +189,36 @@ TEST_F(bisect_e2e, skips_a_commit_that_does_not_build) {
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("first bad commit: " + c[5]), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(c[3].substr(0, 12) + " skip: the build failed"), std::string::npos) << r.out;
+}
+
+// Issue 38 (5): without --build, a program the commits do not track (a build output) is in no
+// worktree, and every run failed with the shell's "not found" while the answer blamed the
+// statistics. It is refused as exec refuses it, naming the revision, before any run.
+TEST_F(bisect_e2e, a_program_the_revisions_do_not_hold_is_refused_before_any_run) {
+  const auto c = history(6);
+  auto r = bisect({"--good", c[0], "--bad", c[7], "--", "./prog", "--flag"});
+  EXPECT_EQ(r.status, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("the command cannot be run at the good revision (" + c[0].substr(0, 12) + "): ./prog: no such file"),
+            std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("without --build"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("cannot bisect"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir_.path() / "bisect")) << "runs were made";
+  EXPECT_EQ(git({"worktree", "list", "--porcelain"}).find("worktree", 1), std::string::npos) << "a worktree was left";
+  // At the bad revision only: named so, and still nothing runs.
+  const auto d = history(6, 0, 8);
+  r = bisect({"--good", d[0], "--bad", d[7], "--", "./crash.sh"});
+  EXPECT_EQ(r.status, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("the command cannot be run at the bad revision (" + d[7].substr(0, 12) + "): ./crash.sh: no such file"),
+            std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "bisect")) << "runs were made";
+}
+
+TEST_F(bisect_e2e, skips_a_commit_where_the_program_cannot_be_run) {
+  const auto c = history(6, 0, 4);
+  auto r = bisect({"--good", c[0], "--bad", c[7], "--", "./crash.sh"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("first bad commit: " + c[5]), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(c[3].substr(0, 12) + " skip: the command cannot be run: ./crash.sh: no such file"), std::string::npos) << r.out;
 }
 
 TEST_F(bisect_e2e, endpoints_that_do_not_differ_are_said_so) {

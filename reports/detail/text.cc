@@ -103,6 +103,12 @@ std::string p_value(double p) {
   return buf;
 }
 
+std::string counted(std::uint64_t n, std::string_view one, std::string_view many) {
+  std::string noun(n == 1 ? one : many.empty() ? one : many);
+  if (n != 1 && many.empty()) noun += 's';
+  return thousands(n) + " " + noun;
+}
+
 std::string thousands(std::uint64_t n) {
   std::string digits = std::to_string(n), out;
   for (std::size_t i = 0; i < digits.size(); ++i) {

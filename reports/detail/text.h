@@ -41,6 +41,10 @@ std::string outcome_and_phase(harness::outcome o, harness::phase p);
 /// 12345 -> "12,345".
 std::string thousands(std::uint64_t n);
 
+/// "1 run", "12,345 runs": a count and its noun, singular only for one (`many` defaults to
+/// `one` + "s"), so that no count reads "1 variants".
+std::string counted(std::uint64_t n, std::string_view one, std::string_view many = {});
+
 /// Milliseconds since the epoch of an ISO 8601 UTC timestamp as the harness writes them
 /// ("2024-11-21T19:30:00.123Z"; the fraction and the Z are optional). -1 when it does not parse.
 std::int64_t parse_iso_utc_ms(std::string_view text);

@@ -59,6 +59,14 @@ TEST(thousands, groups_digits) {
   EXPECT_EQ(thousands(1234567), "1,234,567");
 }
 
+TEST(counted, is_singular_only_for_one) {
+  EXPECT_EQ(counted(1, "variant"), "1 variant");
+  EXPECT_EQ(counted(0, "variant"), "0 variants");
+  EXPECT_EQ(counted(12345, "run"), "12,345 runs");
+  EXPECT_EQ(counted(2, "process", "processes"), "2 processes");
+  EXPECT_EQ(counted(1, "process", "processes"), "1 process");
+}
+
 TEST(iso_time, round_trips_the_harness_format) {
   const std::int64_t ms = parse_iso_utc_ms("2024-11-21T19:30:00.123Z");
   EXPECT_EQ(ms, 1732217400123);

@@ -107,7 +107,8 @@ void check_region_healthy(context& ctx, const std::string& path, std::size_t exp
             "occupancy " + std::to_string(rep->occupancy) + ", violations recorded " +
                 std::to_string(rep->occupancy_violations));
   ctx.check(rep->slots.size() == expect_slots, "dead-processes-reclaimed",
-            std::to_string(rep->slots.size()) + " slots in use, expected " + std::to_string(expect_slots));
+            std::to_string(rep->slots.size()) + (rep->slots.size() == 1 ? " slot" : " slots") + " in use, expected " +
+                std::to_string(expect_slots));
 }
 
 // inspect()'s slots, one line each, with what /proc says of each owner pid now (its start time,
@@ -642,7 +643,8 @@ void writer_death(context& ctx) {
   ctx.check(res->snap.has_value(), "consistent-read", res->snap ? "" : res->snap.error().to_string());
   if (res->snap) {
     ctx.check(res->snap->live_sum[0].total == 3 * mib && res->snap->slots.size() == 1, "dead-processes-reclaimed",
-              std::to_string(res->snap->slots.size()) + " slots, live sum " + describe(res->snap->live_sum[0]));
+              std::to_string(res->snap->slots.size()) + (res->snap->slots.size() == 1 ? " slot" : " slots") + ", live sum " +
+                  describe(res->snap->live_sum[0]));
   }
   auto usage = r->usage(0);
   ctx.check(usage.has_value() && *usage == 3 * mib, "aggregate-equals-live-slots",

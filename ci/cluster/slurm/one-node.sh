@@ -418,7 +418,7 @@ verdict(os.path.getsize(f"{merged}/report.html") > 0 if os.path.exists(f"{merged
         "merged HTML report written", f"{merged}/report.html")
 
 log = read(gather_log)
-g = re.search(r"^gate: ([\d,]+) runs of ([\d,]+) variants \(([^)]*)\)", log, re.M)
+g = re.search(r"^gate: ([\d,]+) runs? of ([\d,]+) variants? \(([^)]*)\)", log, re.M)
 x = re.search(r"gather: exit status \d+", log)
 judged = sorted(re.findall(r"/shard-(\d+)/results\.jsonl", g.group(3))) if g else []
 verdict(bool(g) and num(g.group(1)) == total and judged == sorted(str(i) for i in range(n))

@@ -43,6 +43,8 @@ run_scheduler::run_scheduler(const campaign_options& o, const run_numbering& num
                              progress_meter* progress)
     : o_(o), numbering_(numbering), progress_(progress), passes_to_keep_(passes_to_keep(o)), tally_(std::move(tally)) {
   stop_ = stopped_early_ = o.until_fail && tally_.failures_ > 0;
+  // The meter counts what a resume found as done, as its failures are: one rate of one set of runs.
+  if (progress_) progress_->update(tally_.resumed_, tally_.failures_);
 }
 
 bool run_scheduler::is_recorded(std::uint64_t k) const {
@@ -120,7 +122,7 @@ void run_scheduler::record(std::uint64_t k, const run_record& r) {
     ++tally_.failures_;
     if (o_.until_fail) stop_ = stopped_early_ = true;
   }
-  if (progress_) progress_->update(performed_, tally_.failures_);
+  if (progress_) progress_->update(tally_.resumed_ + performed_, tally_.failures_);
 }
 
 void run_scheduler::writing_failed(std::uint64_t k, const core::status& error) {

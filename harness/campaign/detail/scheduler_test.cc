@@ -11,8 +11,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <future>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -239,6 +241,31 @@ TEST(run_scheduler, summaries_count_resumed_and_performed_runs) {
   EXPECT_EQ(sums[0].failures, 1u);
   EXPECT_EQ(sums[1].runs, 2u);
   EXPECT_EQ(s.performed(), 3u);
+}
+
+// Issue 38 (7): after --resume the progress line counted this invocation's runs and every
+// failure, resumed ones included ("3/8 runs, 5 failures (166.7%)"). Both counts now take the
+// resumed runs, so a rate is never above 100%.
+TEST(run_scheduler, progress_after_a_resume_counts_runs_and_failures_alike) {
+  campaign_options o = two_variants(5, 1);  // 10 runs
+  run_numbering n(o);
+  campaign_tally tally(o);
+  for (std::uint64_t k : {0, 1}) tally.add_resumed(scheduled_record(n, k, outcome::crash), n.variant_index(k));
+  std::ostringstream out;
+  progress_meter meter(&out, false, n.total(), 0ms, tally.resumed());
+  run_scheduler s(o, n, std::move(tally), &meter);
+  while (auto k = s.claim()) s.record(*k, scheduled_record(n, *k, *k < 5 ? outcome::crash : outcome::pass));
+  meter.finish();
+  const std::string text = out.str();
+  EXPECT_NE(text.find("faultline: 3/10 runs (2 resumed), 3 failures (100.0%)"), std::string::npos) << text;
+  EXPECT_NE(text.find("faultline: 10/10 runs (2 resumed), 5 failures (50.0%)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("faultline: 1/"), std::string::npos) << text;  // this invocation's count alone
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::uint64_t done = 0, failures = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "faultline: %lu/10 runs (2 resumed), %lu", &done, &failures), 2) << line;
+    EXPECT_LE(failures, done) << line;
+  }
 }
 
 }  // namespace

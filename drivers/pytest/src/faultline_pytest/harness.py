@@ -308,11 +308,12 @@ def judge(result: CampaignResult, binary: Path, *, label: str, required_rate: Op
         props.append(("faultline_required_rate", required_rate))
     lo, hi = s.get("failure_rate_lower95"), s.get("failure_rate_upper95")
     interval = f", 95% interval {_pct(lo)}-{_pct(hi)}" if lo is not None and hi is not None else ""
+    of_runs = f"{failures} of {runs} {'run' if runs == 1 else 'runs'}"
     if required_rate is None:
-        head = f"{label}: {failures} of {runs} runs failed (failure rate {_pct(rate)}{interval}); expected none"
+        head = f"{label}: {of_runs} failed (failure rate {_pct(rate)}{interval}); expected none"
     else:
         head = (
-            f"{label}: the bug point was detected in {failures} of {runs} runs (rate {_pct(rate)}{interval}); "
+            f"{label}: the bug point was detected in {of_runs} (rate {_pct(rate)}{interval}); "
             f"required {_pct(required_rate)}"
         )
     lines = [head, f"outcomes: {counts or 'none'}"]
