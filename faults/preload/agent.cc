@@ -94,6 +94,10 @@ struct sigaction previous_actions[crash_signal_count];
 
 std::atomic<pid_t> crash_owner{0};
 
+// Where a crashing process must stand for the runner to find its core (protocol.h,
+// FAULTLINE_AGENT_CORE_HOME); empty when the runner reads cores wherever they fall.
+char core_home_path[PATH_MAX];
+
 // Stack dump state. dump_request packs (tid << 8 | request_state) so that the coordinator and
 // the asked thread hand the request over with one compare-and-swap.
 enum request_state : std::uint64_t { request_asked = 1, request_writing = 2, request_answered = 3,
@@ -714,6 +718,55 @@ int adopt_run_dir(const char* dir) noexcept {
   return 0;
 }
 
+// The handler of a process that stands away from its core home (protocol.h): as little as can be
+// done before the signal goes on, since every instruction here is time the process's other
+// threads keep running (DESIGN.md §8.2). The signal, blocked while this runs, is delivered with
+// its default action as the handler returns, with the thread's registers as they were at the
+// fault: the core shows the crash, not this handler.
+void core_move_handler(int sig, siginfo_t*, void*) {
+  const int saved_errno = errno;
+  ::syscall(SYS_chdir, run_dir_path);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sys::sigaction(sig, &dfl, nullptr);
+  ::syscall(SYS_tgkill, ::getpid(), current_tid(), sig);
+  errno = saved_errno;
+}
+
+bool is_core_move_handler(const struct sigaction& a) noexcept {
+  return (a.sa_flags & SA_SIGINFO) != 0 && a.sa_sigaction == &core_move_handler;
+}
+
+// Arms the core-moving handler when the process stands away from its core home, disarms it at
+// home; a crash signal with the program's own handler (or ignored) is left as it is.
+void place_core() noexcept {
+  if (core_home_path[0] == '\0') return;
+  char cwd[PATH_MAX];
+  const bool home = ::syscall(SYS_getcwd, cwd, sizeof cwd) > 0 && std::strcmp(cwd, core_home_path) == 0;
+  struct sigaction move {};
+  move.sa_sigaction = &core_move_handler;
+  move.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&move.sa_mask);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig : crash_signals) {
+    struct sigaction now {};
+    if (sys::sigaction(sig, nullptr, &now) != 0) continue;
+    if (!home && (now.sa_flags & SA_SIGINFO) == 0 && now.sa_handler == SIG_DFL) sys::sigaction(sig, &move, nullptr);
+    if (home && is_core_move_handler(now)) sys::sigaction(sig, &dfl, nullptr);
+  }
+}
+
+// FAULTLINE_AGENT_CORE_HOME, for crash mode off: an absolute path that fits, else none.
+void read_core_home() noexcept {
+  const char* home = std::getenv(core_home_env);
+  core_home_path[0] = '\0';
+  if (crash_reporting != crash_mode::off || home == nullptr || home[0] != '/') return;
+  const std::size_t n = std::strlen(home);
+  if (n >= sizeof core_home_path) return;
+  std::memcpy(core_home_path, home, n + 1);
+}
+
 // The crash reporting the environment asks for: off, minimal, stop (with its channel, a pipe
 // already open; without one, minimal) or, by default, the agent's full report.
 void read_crash_mode() noexcept {
@@ -798,6 +851,8 @@ install_result install_once() noexcept {
   warm_up_handlers();
   prepare_thread();  // without an alternate stack the handlers still run, on the thread's stack
   if (int error = install_signal_handlers(); error != 0) return {install_status::failed, error};
+  read_core_home();
+  place_core();
   ::pthread_atfork(nullptr, nullptr, &after_fork_in_child);
 
   map_phase_table();
@@ -875,6 +930,10 @@ bool prepare_thread() noexcept {
   }
   agent_stack_mapping = mapping;
   return true;
+}
+
+void working_directory_changed() noexcept {
+  if (installed()) place_core();
 }
 
 void release_thread() noexcept {

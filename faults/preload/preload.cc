@@ -179,3 +179,33 @@ extern "C" [[gnu::visibility("default")]] void exit(int status) noexcept {
   next_exit()(status);
   ::_exit(status);  // not reached: the real exit() does not return
 }
+
+// The working directory decides where a relative core_pattern puts a core: the agent arms or
+// disarms its core-moving handler (agent.h, working_directory_changed).
+extern "C" [[gnu::visibility("default")]] int chdir(const char* path) noexcept {
+  using chdir_fn = int (*)(const char*);
+  static chdir_fn next = nullptr;
+  if (next == nullptr) next = reinterpret_cast<chdir_fn>(faultline::agent::detail::next_symbol("chdir"));
+  if (next == nullptr) die("chdir");
+  const int result = next(path);
+  if (result == 0) {
+    const int saved_errno = errno;
+    faultline::agent::working_directory_changed();
+    errno = saved_errno;
+  }
+  return result;
+}
+
+extern "C" [[gnu::visibility("default")]] int fchdir(int fd) noexcept {
+  using fchdir_fn = int (*)(int);
+  static fchdir_fn next = nullptr;
+  if (next == nullptr) next = reinterpret_cast<fchdir_fn>(faultline::agent::detail::next_symbol("fchdir"));
+  if (next == nullptr) die("fchdir");
+  const int result = next(fd);
+  if (result == 0) {
+    const int saved_errno = errno;
+    faultline::agent::working_directory_changed();
+    errno = saved_errno;
+  }
+  return result;
+}

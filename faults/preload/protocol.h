@@ -108,6 +108,19 @@
 //   FAULTLINE_AGENT_QUIET  "1": do not also print crash backtraces to stderr.
 //   FAULTLINE_AGENT_CRASH  "off", "report" (default), "minimal" or "stop": see "Crash capture".
 //   FAULTLINE_AGENT_CRASH_FD  the runner's crash pipe, for "stop".
+//   FAULTLINE_AGENT_CORE_HOME  mode off only, set by the runner where core_pattern names a file
+//                          relative to the crashing process's working directory ("core"): the
+//                          one directory (absolute, canonical) where the runner reads this run's
+//                          cores as they fall. A process that stands anywhere else (it was
+//                          started elsewhere, or chdir()/fchdir() took it away; the preloaded
+//                          agent interposes both) would dump its core where the runner does not
+//                          look, or nowhere at all (a `core/` folder there), so only in such a
+//                          process the agent installs a handler for the crash signals that moves
+//                          the process into FAULTLINE_RUN_DIR, puts the default action back and
+//                          sends the signal again: the kernel then writes RUN_DIR/core. Back in
+//                          the home directory, the handler is taken away again. A process in its
+//                          home never has a handler (DESIGN.md §8.2); a handler the program
+//                          installed is never replaced.
 //   FAULTLINE_FAULTS, FAULTLINE_SEED  the preloaded agent's own fault points exit/start,
 //                          exit/end (preload.cc) and cuda/<API> (cuda_points.h); other items are
 //                          left to the fault engine.
@@ -131,6 +144,7 @@ inline constexpr const char* crash_stacks_file = "crash-stacks.txt";
 
 inline constexpr const char* crash_mode_env = "FAULTLINE_AGENT_CRASH";
 inline constexpr const char* crash_fd_env = "FAULTLINE_AGENT_CRASH_FD";
+inline constexpr const char* core_home_env = "FAULTLINE_AGENT_CORE_HOME";
 
 inline constexpr const char* marker_run = "run";
 inline constexpr const char* marker_work_end = "work-end";

@@ -143,12 +143,15 @@ bool core_names_are_unique() {
   return false;
 }
 
-std::string core_destination_problem(const fs::path& cwd) {
+std::string core_destination_problem(const fs::path& cwd, bool agent_moves) {
   auto pattern_text = detail::read_file("/proc/sys/kernel/core_pattern", 4096);
   if (!pattern_text) return "cannot read /proc/sys/kernel/core_pattern";
   const std::string pattern = trimmed(*pattern_text);
   // With faultline-core-handler a run's core goes to its run directory, whatever cwd holds.
   if (pattern.empty() || pattern[0] == '|' || pattern[0] == '@') return {};  // or enable_core_capture says why
+  // A plain relative name: where cwd cannot take a core, the agent moves the crashing process
+  // into its run directory (core_home()).
+  if (agent_moves && pattern.find('/') == std::string::npos) return {};
   const fs::path target = fs::path(pattern).is_absolute() ? fs::path(pattern) : cwd / pattern;
   // The directory part must exist and be writable; specifiers there cannot be checked ahead.
   const fs::path dir = target.parent_path();
@@ -331,8 +334,16 @@ core::result<std::string> core_stacks_section(const fs::path& core, const core_i
 
 core::status capture_core(const std::vector<pid_t>& pids, const fs::path& cwd, const fs::path& run_dir,
                           std::chrono::system_clock::time_point since, const fs::path& out) {
+  run_cores run;
+  run.pids = pids;
+  return claim_cores(run, cwd, run_dir, since, out);
+}
+
+core::status claim_cores(const run_cores& run, const fs::path& cwd, const fs::path& run_dir,
+                         std::chrono::system_clock::time_point since, const fs::path& out) {
   const std::string pattern = core_pattern_text();
-  auto uses_pid = detail::read_file("/proc/sys/kernel/core_uses_pid", 64);
+  auto uses_pid_text = detail::read_file("/proc/sys/kernel/core_uses_pid", 64);
+  const bool uses_pid = uses_pid_text && trimmed(*uses_pid_text) == "1";
   const bool handler = parse_core_handler_pattern(pattern).has_value();
   const auto files = file_pattern(pattern);
   if (!handler && !files) return core::status(core::errc::not_found, "no core file: core_pattern is not a file name");
@@ -341,29 +352,75 @@ core::status capture_core(const std::vector<pid_t>& pids, const fs::path& cwd, c
     wait_for_handler(run_dir);
     globs.push_back((run_dir / "core.*").string());  // core.PID, the pid in the core's notes decides
   }
-  if (files) globs.push_back(core_glob(*files, uses_pid && trimmed(*uses_pid) == "1", cwd));
+  if (files) {
+    globs.push_back(core_glob(*files, uses_pid, cwd));
+    // Where the agent moved a crashing process that stood elsewhere (core_home()).
+    if (!run_dir.empty() && !handler && core_home(cwd, run_dir)) globs.push_back(core_glob(*files, uses_pid, run_dir));
+  }
   core_candidates candidates;
-  candidates.add_held(shared_core_name(pattern, uses_pid && trimmed(*uses_pid) == "1", cwd));
+  candidates.add_held(shared_core_name(pattern, uses_pid, cwd));
   const auto since_s = std::chrono::system_clock::to_time_t(since) - 1;
   for (const auto& glob_text : globs) candidates.add_found(glob_text, since_s);
   if (candidates.list.empty()) {
+    if (!run.read) return {};
     std::string where;
     for (const auto& g : globs) where += (where.empty() ? "" : " or ") + g;
     return core::status(core::errc::not_found, "no core file matches " + where);
   }
+  std::vector<pid_t> pids = run.pids;
+  bool asked = !run.more_pids;
+  auto listed = [&](pid_t p) {
+    if (p == 0) return false;
+    if (std::find(pids.begin(), pids.end(), p) != pids.end()) return true;
+    if (asked) return false;
+    asked = true;
+    const auto more = run.more_pids();
+    pids.insert(pids.end(), more.begin(), more.end());
+    return std::find(pids.begin(), pids.end(), p) != pids.end();
+  };
+  std::optional<core::status> read;
   for (auto& cand : candidates.list) {
     // Whose core it is, from its notes: another run's (or no core at all) is left alone.
     auto id = read_core_identity(cand.path);
-    if (!id || id->pid == 0 || std::find(pids.begin(), pids.end(), id->pid) == pids.end()) continue;
-    auto section = core_stacks_section(cand.path, *id, program_of(*id, cwd));
+    if (!id || id->pid == 0) continue;
+    const bool known = listed(id->pid);
+    if (!known && (run.group <= 0 || id->group != run.group)) continue;
+    // The run's: read (the first core of a known process, when asked), and gone either way.
+    if (run.read && !read && known) {
+      auto section = core_stacks_section(cand.path, *id, program_of(*id, cwd));
+      if (!section) {
+        read = section.error();
+      } else {
+        std::ofstream file(out, std::ios::app);
+        file << *section << "\n";
+        read = file ? core::status() : core::status(core::errc::io_error, "cannot write " + out.string());
+      }
+    }
     cand.forget();
-    if (!section) return section.error();
-    std::ofstream file(out, std::ios::app);
-    file << *section << "\n";
-    if (!file) return core::status(core::errc::io_error, "cannot write " + out.string());
-    return {};
   }
-  return core::status(core::errc::not_found, "no core file of this run");
+  if (!run.read) return {};
+  return read ? *read : core::status(core::errc::not_found, "no core file of this run");
+}
+
+std::optional<fs::path> core_home(const fs::path& cwd, const fs::path& run_dir) {
+  const std::string pattern = core_pattern_text();
+  // Only a plain relative name ("core", "core.%p") moves with the process; a pipe, a socket, an
+  // absolute pattern or one with a directory part does not.
+  if (pattern.empty() || pattern[0] == '|' || pattern[0] == '@' || pattern.find('/') != std::string::npos) return std::nullopt;
+  std::error_code ec;
+  const fs::path home = fs::weakly_canonical(cwd, ec);
+  if (ec || home.empty()) return std::nullopt;
+  auto uses_pid = detail::read_file("/proc/sys/kernel/core_uses_pid", 64);
+  const bool pid_appended = uses_pid && trimmed(*uses_pid) == "1";
+  // Nothing can be written here (a core/ folder takes the fixed name, or the directory is not
+  // writable): the run's own directory takes every core of the run.
+  if ((pattern.find('%') == std::string::npos && !pid_appended && fs::is_directory(home / pattern, ec)) ||
+      ::access(home.c_str(), W_OK) != 0) {
+    const fs::path own = fs::weakly_canonical(run_dir, ec);
+    if (ec || own.empty()) return std::nullopt;
+    return own;
+  }
+  return home;
 }
 
 }  // namespace faultline::harness

@@ -27,12 +27,18 @@
 // run's core as RUN_DIR/core.PID, whatever the program's directory holds and however many runs
 // crash at once. Otherwise core_pattern names a file; where that is one name per directory
 // ("core"), keep_cores_apart() holds each new core open so that a later crash cannot take it
-// (core_keeper.h). Limits: a core_pattern that pipes cores to
-// another program (systemd-coredump, apport) leaves the harness nothing to read; so does a
-// program that changed its working directory when the pattern is relative, or RLIMIT_CORE's hard
-// limit of 0. A pattern without the pid ("core") names one file per directory: a core replaced
-// before the keeper opened it (microseconds) is lost, and a directory that holds a core/ folder
-// gets none; the pid inside the core is checked, so a run never takes another run's core.
+// (core_keeper.h). A relative pattern puts a core where the crashing process stands: the runner
+// tells the agent where its run's cores are read (core_home()), and the agent moves a process
+// that crashes anywhere else — a shell's `cd`, a bisect worktree, a directory with a core/
+// folder — into its run directory first (protocol.h, FAULTLINE_AGENT_CORE_HOME); a process at
+// home gets no handler. Every core of a run's processes (its pids, its process group) is taken
+// away once the run has ended, read or not (claim_cores()): a passing run's child that crashed on
+// purpose leaves no core behind. Limits: a core_pattern that pipes cores to another program
+// (systemd-coredump, apport) leaves the harness nothing to read; so does RLIMIT_CORE's hard limit
+// of 0, and a program without the agent (--no-preload) that stands elsewhere. A pattern without
+// the pid ("core") names one file per directory: a core replaced before the keeper opened it
+// (microseconds) is lost; the pid inside the core is checked, so a run never takes another run's
+// core.
 //
 // Thread safety: capture_core may run for several runs at once.
 #pragma once
@@ -41,6 +47,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,7 +70,38 @@ std::string enable_core_capture();
 /// says ("" when it can, as far as can be told ahead, and always with faultline-core-handler): the
 /// pattern's directory is missing or not writable, or its fixed file name is a directory there
 /// ("./core" in a tree with a core/ folder); each message ends with core_handler_hint.
-std::string core_destination_problem(const std::filesystem::path& cwd);
+/// With `agent_moves` (the run's processes carry the agent, which moves a crashing process that
+/// stands where no core can be written into its run directory: core_home()), a plain relative
+/// pattern is never a problem.
+std::string core_destination_problem(const std::filesystem::path& cwd, bool agent_moves = false);
+
+/// Where core_pattern is a plain name relative to the crashing process's working directory
+/// ("core", "core.%p"): the directory a process of a run started in `cwd` must stand in for its
+/// core to be found, which the runner gives the agent (FAULTLINE_AGENT_CORE_HOME, protocol.h) —
+/// `cwd` itself, or `run_dir` when no core can be written in `cwd` (a core/ folder there, or not
+/// writable). A process of the run that stands anywhere else is moved into `run_dir` by the
+/// agent when it crashes. nullopt when cores do not follow the working directory (a pipe, a
+/// socket, an absolute pattern or one with a directory part).
+std::optional<std::filesystem::path> core_home(const std::filesystem::path& cwd, const std::filesystem::path& run_dir);
+
+/// A run's cores, as claim_cores() looks for them once the run has ended.
+struct run_cores {
+  std::vector<pid_t> pids;  ///< the run's processes known by pid (its tree, the agent's phase table)
+  pid_t group = 0;          ///< the run's process group (its leader's pid; 0: none): a core of any process in it is the run's
+  bool read = true;         ///< read the first core of a process in `pids` into `out`; false: only remove them
+  /// More of the run's pids, asked at most once and only when a core's owner is not known
+  /// otherwise (so that a run without a core pays nothing for them).
+  std::function<std::vector<pid_t>()> more_pids;
+};
+
+/// Every core the run's processes left (whose notes name a pid of `run.pids` or the process group
+/// `run.group`), wherever capture_core looks and in `run_dir` (where the agent moves a crashing
+/// process, core_home()): with `run.read`, the first core of a process in `run.pids` is read
+/// into `out` as capture_core does; read or not, each is removed (and let go by the keeper), so
+/// that no core of a run stays in the user's directory or held open. Cores of other processes
+/// are left alone. Errors (with `run.read` only): as capture_core.
+core::status claim_cores(const run_cores& run, const std::filesystem::path& cwd, const std::filesystem::path& run_dir,
+                         std::chrono::system_clock::time_point since, const std::filesystem::path& out);
 
 /// Where core_pattern gives every core of a process in `cwd` one file name ("core"), watches that
 /// directory so that each core written there is held open the moment it appears (core_keeper.h):

@@ -82,11 +82,11 @@ void core_keeper::hold(const fs::path& file) {
     const bool known = std::any_of(held_.begin(), held_.end(), [&](const entry& e) {
       return e.core.device == st.st_dev && e.core.inode == st.st_ino;
     });
-    if (known) {
-      to_close.push_back(fd);
+    if (known || live_.empty()) {
+      to_close.push_back(fd);  // no run is running: it is no run's core
     } else {
       const auto now = std::chrono::steady_clock::now();
-      held_.push_back({{fs::path("/proc/self/fd") / std::to_string(fd), file, fd, st.st_dev, st.st_ino}, now});
+      held_.push_back({{fs::path("/proc/self/fd") / std::to_string(fd), file, fd, st.st_dev, st.st_ino}, now, tickets_});
       while (!held_.empty() && (held_.size() > max_held || now - held_.front().since > max_age)) {
         to_close.push_back(held_.front().core.fd);
         held_.erase(held_.begin());
@@ -104,6 +104,7 @@ std::vector<core_keeper::held_core> core_keeper::held(const fs::path& dir) {
     // The caller's own descriptor: another run's release cannot close it under the caller.
     const int fd = ::fcntl(e.core.fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) continue;
+    lent_.insert(fd);
     held_core c = e.core;
     c.fd = fd;
     c.path = fs::path("/proc/self/fd") / std::to_string(fd);
@@ -114,6 +115,10 @@ std::vector<core_keeper::held_core> core_keeper::held(const fs::path& dir) {
 
 void core_keeper::release(const held_core& core, bool mine) {
   int original = -1;
+  {
+    std::lock_guard lock(mu_);
+    lent_.erase(core.fd);
+  }
   if (mine) {
     std::lock_guard lock(mu_);
     auto it = std::find_if(held_.begin(), held_.end(), [&](const entry& e) {
@@ -129,6 +134,44 @@ void core_keeper::release(const held_core& core, bool mine) {
   }
   if (original >= 0) ::close(original);
   if (core.fd >= 0) ::close(core.fd);
+}
+
+std::uint64_t core_keeper::begin_run() {
+  std::lock_guard lock(mu_);
+  live_.insert(++tickets_);
+  return tickets_;
+}
+
+std::vector<int> core_keeper::take_unowned() {
+  std::vector<int> out;
+  const std::uint64_t oldest_live = live_.empty() ? tickets_ + 1 : *live_.begin();
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (it->newest_run < oldest_live) {
+      out.push_back(it->core.fd);
+      it = held_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+void core_keeper::end_run(std::uint64_t ticket) {
+  std::vector<int> to_close;
+  {
+    std::lock_guard lock(mu_);
+    live_.erase(ticket);
+    to_close = take_unowned();
+  }
+  for (int f : to_close) ::close(f);
+}
+
+std::set<int> core_keeper::descriptors() {
+  std::lock_guard lock(mu_);
+  std::set<int> out = lent_;
+  if (inotify_fd_ >= 0) out.insert(inotify_fd_);
+  for (const auto& e : held_) out.insert(e.core.fd);
+  return out;
 }
 
 }  // namespace faultline::harness

@@ -17,8 +17,13 @@
 //   keeper.watch("/home/me/proj", "core");               // before the runs start
 //   for (const auto& c : keeper.held("/home/me/proj")) { ... read c.path ...; keeper.release(c, whose == mine); }
 //
+// Runs say when they begin and end (begin_run, end_run); a run claims its own cores once it has
+// ended (core_dump.h, claim_cores), and a core no run claimed (another program's, crashed in the
+// same directory) is let go once every run that was running when it appeared has ended, so the
+// keeper holds a core only while a run may still claim it.
+//
 // Limit: a core replaced in the microseconds between its creation and the keeper's open is lost
-// as before. Held cores are bounded (the oldest is let go past 64, and any past 10 minutes).
+// as before. Held cores are bounded besides (the oldest is let go past 64, and any past 10 minutes).
 //
 // Thread safety: every member may be called from any thread; one watcher thread per process.
 #pragma once
@@ -26,8 +31,10 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,6 +70,19 @@ class core_keeper {
   /// still points to it.
   void release(const held_core& core, bool mine);
 
+  /// A run whose cores may fall in a watched directory begins: the keeper holds what appears
+  /// until the run has claimed its cores. Pass the ticket to end_run() once it has (any thread).
+  std::uint64_t begin_run();
+
+  /// The run of `ticket` has claimed its cores. A held core that no run claimed is let go (closed;
+  /// its name is left as it is: it is another process's) once every run that was running when it
+  /// appeared has ended.
+  void end_run(std::uint64_t ticket);
+
+  /// Every descriptor the keeper has open on purpose: its inotify descriptor, the cores it holds
+  /// and those it lent through held() and not yet got back. (The soak's leak check leaves them out.)
+  std::set<int> descriptors();
+
   core_keeper(const core_keeper&) = delete;
   core_keeper& operator=(const core_keeper&) = delete;
 
@@ -70,6 +90,8 @@ class core_keeper {
   core_keeper() = default;
   void watch_loop();
   void hold(const std::filesystem::path& file);
+  // Takes out of held_ every core no live run can own any more; returns their descriptors (mu_ held).
+  std::vector<int> take_unowned();
 
   struct watched {
     int wd;
@@ -79,12 +101,16 @@ class core_keeper {
   struct entry {
     held_core core;
     std::chrono::steady_clock::time_point since;
+    std::uint64_t newest_run;  // the last ticket handed out when it appeared
   };
 
   std::mutex mu_;
   int inotify_fd_ = -1;
   std::vector<watched> watched_;
   std::vector<entry> held_;
+  std::uint64_t tickets_ = 0;     // handed out so far
+  std::set<std::uint64_t> live_;  // runs begun and not ended
+  std::set<int> lent_;            // descriptors held() gave out, not yet released
 };
 
 }  // namespace faultline::harness
