@@ -194,7 +194,7 @@ std::string print_soak_header(const soak_options& o, const scheduled_shard& shar
     cores_dir = fs::absolute(o.out_dir / "runs");
   }
   std::string why;
-  const crash_capture used = resolve_crash_capture(o.crash, &why, cores_dir, !o.command || env_preloads_agent(o.command->env));
+  const crash_capture used = resolve_crash_capture(o.crash, &why, cores_dir);
   const std::string what = o.command ? "`" + detail::shell_join(o.command->argv) + "`"
                                      : std::to_string(o.scenarios.size()) + (o.scenarios.size() == 1 ? " scenario" : " scenarios");
   ctx.err << "faultline: soak of " << what << " for " << format_duration(o.budget) << (o.resume ? " (resuming)" : "")

@@ -507,7 +507,7 @@ TEST_F(cli_e2e, interrupt_kills_the_runs_in_flight_and_exits_130) {
 // Why these tests cannot run here ("" when they can).
 std::string cores_do_not_follow_the_process(const fs::path& dir) {
   if (auto why = enable_core_capture(); !why.empty()) return "no core capture here: " + why;
-  if (!core_home(dir, dir)) return "core_pattern does not name a file relative to the crashing process";
+  if (!core_home(dir)) return "core_pattern does not name a file relative to the crashing process";
 #if defined(__SANITIZE_ADDRESS__)
   return "ASan turns core dumps off";
 #endif
@@ -543,26 +543,23 @@ TEST_F(cli_e2e, a_crash_away_from_where_the_run_started_is_named_by_its_frames_a
   EXPECT_EQ(testing::core_files_under(dir_.path()), std::vector<fs::path>{}) << "cores left behind";
 }
 
-TEST_F(cli_e2e, a_crash_in_a_directory_holding_a_core_folder_is_named_by_its_frames) {
-  // A build directory (a source tree's core/ built there): the kernel cannot write ./core.
+TEST_F(cli_e2e, a_crash_in_a_directory_holding_a_core_folder_says_why_no_stack_is_read) {
+  // A build directory (a source tree's core/ built there): the kernel cannot write ./core, and
+  // only a crash handler could move the process (measured: it takes most crashes out of an exit
+  // race, records/fidelity/cpu2-cores-2026-11-28.md). The header names the cause and the remedy.
   const fs::path cwd = dir_.path() / "build";
   fs::create_directories(cwd / "core");
   if (auto why = cores_do_not_follow_the_process(cwd); !why.empty()) GTEST_SKIP() << why;
-  auto r = testing::run_faultline_in(cwd, {"exec", "--repeat", "4", "--jobs", "2", "--json", "--out", out(), "--",
+  auto r = testing::run_faultline_in(cwd, {"exec", "--repeat", "2", "--json", "--out", out(), "--",
                                            program("fl_testdata_crash_in_work").string()});
   EXPECT_EQ(r.status, 1) << r.err;
-  EXPECT_NE(r.err.find("faultline: crash capture core"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("crash capture none"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is a directory"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("faultline cores --install"), std::string::npos) << r.err;
   auto recs = results_in(out());
-  ASSERT_EQ(recs.size(), 4u) << r.err;
-  for (const auto& rec : recs) {
-    EXPECT_EQ(rec.result, outcome::crash);
-    EXPECT_NE(rec.signature.find("crash_in_work_frame"), std::string::npos) << rec.signature;
-  }
+  ASSERT_EQ(recs.size(), 2u) << r.err;
+  for (const auto& rec : recs) EXPECT_EQ(rec.signature, "SIGSEGV");
   EXPECT_EQ(testing::core_files_under(dir_.path()), std::vector<fs::path>{}) << "cores left behind";
-  // Without the agent nothing can move the process: the header says why no core is read.
-  auto bare = testing::run_faultline_in(cwd, {"exec", "--no-preload", "--out", out() + "2", "--",
-                                              program("fl_testdata_crash_in_work").string()});
-  EXPECT_NE(bare.err.find("crash capture none"), std::string::npos) << bare.err;
 }
 
 }  // namespace

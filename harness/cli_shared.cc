@@ -356,8 +356,7 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
     const bool in_run_dir = !variants.empty() && variants.front().in_run_dir;
     std::error_code ec;
     if (in_run_dir) fs::create_directories(s.out / "runs", ec);  // where the runs' cores will land
-    const bool agent = in_run_dir || (!variants.empty() && env_preloads_agent(variants.front().env));
-    const crash_capture used = resolve_crash_capture(s.crash, &why, in_run_dir ? fs::absolute(s.out / "runs") : fs::path(), agent);
+    const crash_capture used = resolve_crash_capture(s.crash, &why, in_run_dir ? fs::absolute(s.out / "runs") : fs::path());
     ctx.err << "faultline: containment " << containment_summary() << "\n";
     s.crash_used = to_string(used);
     ctx.err << "faultline: crash capture " << to_string(used);

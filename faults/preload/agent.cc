@@ -94,8 +94,8 @@ struct sigaction previous_actions[crash_signal_count];
 
 std::atomic<pid_t> crash_owner{0};
 
-// Where a crashing process must stand for the runner to find its core (protocol.h,
-// FAULTLINE_AGENT_CORE_HOME); empty when the runner reads cores wherever they fall.
+// Where the runner reads this run's cores (protocol.h, FAULTLINE_AGENT_CORE_HOME); empty when
+// cores do not follow the working directory.
 char core_home_path[PATH_MAX];
 
 // Stack dump state. dump_request packs (tid << 8 | request_state) so that the coordinator and
@@ -718,43 +718,29 @@ int adopt_run_dir(const char* dir) noexcept {
   return 0;
 }
 
-// The handler of a process that stands away from its core home (protocol.h): as little as can be
-// done before the signal goes on, since every instruction here is time the process's other
-// threads keep running (DESIGN.md §8.2). The signal, blocked while this runs, is delivered with
-// its default action as the handler returns, with the thread's registers as they were at the
-// fault: the core shows the crash, not this handler.
-void core_move_handler(int sig, siginfo_t*, void*) {
-  const int saved_errno = errno;
-  ::syscall(SYS_chdir, run_dir_path);
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sys::sigaction(sig, &dfl, nullptr);
-  ::syscall(SYS_tgkill, ::getpid(), current_tid(), sig);
-  errno = saved_errno;
-}
+// Where a process that stands away from its core home (protocol.h) is: RUN_DIR/cwd.PID names
+// the directory, written whole under another name and renamed into place (the core keeper
+// watches the run directory for the rename, then that directory for the core). Only when the
+// directory changes, and never at a crash: no handler, no cost where the race is (DESIGN.md §8.2).
+char recorded_cwd[PATH_MAX];
 
-bool is_core_move_handler(const struct sigaction& a) noexcept {
-  return (a.sa_flags & SA_SIGINFO) != 0 && a.sa_sigaction == &core_move_handler;
-}
-
-// Arms the core-moving handler when the process stands away from its core home, disarms it at
-// home; a crash signal with the program's own handler (or ignored) is left as it is.
 void place_core() noexcept {
   if (core_home_path[0] == '\0') return;
   char cwd[PATH_MAX];
-  const bool home = ::syscall(SYS_getcwd, cwd, sizeof cwd) > 0 && std::strcmp(cwd, core_home_path) == 0;
-  struct sigaction move {};
-  move.sa_sigaction = &core_move_handler;
-  move.sa_flags = SA_SIGINFO | SA_ONSTACK;
-  sigemptyset(&move.sa_mask);
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig : crash_signals) {
-    struct sigaction now {};
-    if (sys::sigaction(sig, nullptr, &now) != 0) continue;
-    if (!home && (now.sa_flags & SA_SIGINFO) == 0 && now.sa_handler == SIG_DFL) sys::sigaction(sig, &move, nullptr);
-    if (home && is_core_move_handler(now)) sys::sigaction(sig, &dfl, nullptr);
-  }
+  if (::syscall(SYS_getcwd, cwd, sizeof cwd) <= 0) return;
+  if (std::strcmp(cwd, core_home_path) == 0 || std::strcmp(cwd, recorded_cwd) == 0) return;
+  const pid_t pid = core::host_pid();
+  path_string record;
+  pid_file_path(record, cwd_file_prefix, pid);
+  path_string part;
+  part.str(record.c_str()).str(".part");
+  if (record.overflowed() || part.overflowed()) return;
+  const int fd = sys::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  const std::size_t n = std::strlen(cwd);
+  const bool written = sys::write(fd, cwd, n) == static_cast<ssize_t>(n);
+  sys::close(fd);
+  if (written && ::syscall(SYS_rename, part.c_str(), record.c_str()) == 0) std::memcpy(recorded_cwd, cwd, n + 1);
 }
 
 // FAULTLINE_AGENT_CORE_HOME, for crash mode off: an absolute path that fits, else none.

@@ -111,10 +111,9 @@ bool prepare_thread() noexcept;
 void release_thread() noexcept;
 
 /// Called after the process's working directory changed (the preloaded agent's chdir and fchdir):
-/// with FAULTLINE_AGENT_CORE_HOME set (protocol.h), arms the handler that moves a crashing process
-/// into the run directory before it dumps core when the process now stands outside that home, and
-/// disarms it back home. Only installs over the default action and only removes its own handler.
-/// Does nothing when the agent is not installed. Thread safety: any thread; not async-signal-safe.
+/// with FAULTLINE_AGENT_CORE_HOME set (protocol.h), a process that now stands outside that home
+/// writes cwd.PID, so that the runner finds its core where the kernel puts it. Does nothing when
+/// the agent is not installed. Thread safety: any thread; not async-signal-safe.
 void working_directory_changed() noexcept;
 
 }  // namespace faultline::agent

@@ -180,8 +180,8 @@ extern "C" [[gnu::visibility("default")]] void exit(int status) noexcept {
   ::_exit(status);  // not reached: the real exit() does not return
 }
 
-// The working directory decides where a relative core_pattern puts a core: the agent arms or
-// disarms its core-moving handler (agent.h, working_directory_changed).
+// The working directory decides where a relative core_pattern puts a core: the agent records
+// where a process that left its run's core home stands (agent.h, working_directory_changed).
 extern "C" [[gnu::visibility("default")]] int chdir(const char* path) noexcept {
   using chdir_fn = int (*)(const char*);
   static chdir_fn next = nullptr;

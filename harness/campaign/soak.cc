@@ -361,8 +361,7 @@ void prepare_harness(const soak_options& o, const std::function<void(const std::
   if (!o.command) return;
   std::error_code ec;
   const fs::path cwd = fs::current_path(ec);
-  if (!ec && resolve_crash_capture(o.crash, nullptr, cwd, env_preloads_agent(o.command->env)) == crash_capture::core)
-    (void)keep_cores_apart(cwd);
+  if (!ec && resolve_crash_capture(o.crash, nullptr, cwd) == crash_capture::core) (void)keep_cores_apart(cwd);
 }
 
 // The campaign's totals into the final state: every run recorded (a resume's included).

@@ -418,7 +418,7 @@ TEST_F(soak_e2e, a_command_soak_whose_child_crashes_on_purpose_passes_without_a_
   const fs::path cwd = dir_.path() / "work";
   fs::create_directories(cwd);
   if (auto why = harness::enable_core_capture(); !why.empty()) GTEST_SKIP() << "no core capture here: " << why;
-  if (!harness::core_home(cwd, cwd)) GTEST_SKIP() << "core_pattern does not name a file relative to the crashing process";
+  if (!harness::core_home(cwd)) GTEST_SKIP() << "core_pattern does not name a file relative to the crashing process";
   auto s = start_soak({"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", cwd.string()},
                       {"--budget", "4s", "--jobs", "2", "--out", out().string(), "--", testing_util::program("fl_testdata_child_crash").string()},
                       dir_.path(), "soak");

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "faults/preload/protocol.h"
 #include "harness/detail/sys.h"
 #include "harness/run/core_handler/core_handler.h"
 #include "harness/run/core_keeper.h"
@@ -143,15 +144,12 @@ bool core_names_are_unique() {
   return false;
 }
 
-std::string core_destination_problem(const fs::path& cwd, bool agent_moves) {
+std::string core_destination_problem(const fs::path& cwd) {
   auto pattern_text = detail::read_file("/proc/sys/kernel/core_pattern", 4096);
   if (!pattern_text) return "cannot read /proc/sys/kernel/core_pattern";
   const std::string pattern = trimmed(*pattern_text);
   // With faultline-core-handler a run's core goes to its run directory, whatever cwd holds.
   if (pattern.empty() || pattern[0] == '|' || pattern[0] == '@') return {};  // or enable_core_capture says why
-  // A plain relative name: where cwd cannot take a core, the agent moves the crashing process
-  // into its run directory (core_home()).
-  if (agent_moves && pattern.find('/') == std::string::npos) return {};
   const fs::path target = fs::path(pattern).is_absolute() ? fs::path(pattern) : cwd / pattern;
   // The directory part must exist and be writable; specifiers there cannot be checked ahead.
   const fs::path dir = target.parent_path();
@@ -352,13 +350,16 @@ core::status claim_cores(const run_cores& run, const fs::path& cwd, const fs::pa
     wait_for_handler(run_dir);
     globs.push_back((run_dir / "core.*").string());  // core.PID, the pid in the core's notes decides
   }
-  if (files) {
-    globs.push_back(core_glob(*files, uses_pid, cwd));
-    // Where the agent moved a crashing process that stood elsewhere (core_home()).
-    if (!run_dir.empty() && !handler && core_home(cwd, run_dir)) globs.push_back(core_glob(*files, uses_pid, run_dir));
-  }
+  // Where the run's processes stood: its directory and, where cores follow the process, every
+  // directory one of them recorded (cwd.PID, protocol.h).
+  std::vector<fs::path> places = {cwd};
+  if (files && !run_dir.empty() && core_home(cwd))
+    for (auto& d : recorded_directories(run_dir))
+      if (d != cwd) places.push_back(std::move(d));
+  if (files)
+    for (const auto& place : places) globs.push_back(core_glob(*files, uses_pid, place));
   core_candidates candidates;
-  candidates.add_held(shared_core_name(pattern, uses_pid, cwd));
+  for (const auto& place : places) candidates.add_held(shared_core_name(pattern, uses_pid, place));
   const auto since_s = std::chrono::system_clock::to_time_t(since) - 1;
   for (const auto& glob_text : globs) candidates.add_found(glob_text, since_s);
   if (candidates.list.empty()) {
@@ -402,25 +403,38 @@ core::status claim_cores(const run_cores& run, const fs::path& cwd, const fs::pa
   return read ? *read : core::status(core::errc::not_found, "no core file of this run");
 }
 
-std::optional<fs::path> core_home(const fs::path& cwd, const fs::path& run_dir) {
+std::optional<fs::path> core_home(const fs::path& cwd) {
   const std::string pattern = core_pattern_text();
-  // Only a plain relative name ("core", "core.%p") moves with the process; a pipe, a socket, an
+  // Only a plain relative name ("core", "core.%p") follows the process; a pipe, a socket, an
   // absolute pattern or one with a directory part does not.
   if (pattern.empty() || pattern[0] == '|' || pattern[0] == '@' || pattern.find('/') != std::string::npos) return std::nullopt;
   std::error_code ec;
-  const fs::path home = fs::weakly_canonical(cwd, ec);
+  fs::path home = fs::weakly_canonical(cwd, ec);
   if (ec || home.empty()) return std::nullopt;
-  auto uses_pid = detail::read_file("/proc/sys/kernel/core_uses_pid", 64);
-  const bool pid_appended = uses_pid && trimmed(*uses_pid) == "1";
-  // Nothing can be written here (a core/ folder takes the fixed name, or the directory is not
-  // writable): the run's own directory takes every core of the run.
-  if ((pattern.find('%') == std::string::npos && !pid_appended && fs::is_directory(home / pattern, ec)) ||
-      ::access(home.c_str(), W_OK) != 0) {
-    const fs::path own = fs::weakly_canonical(run_dir, ec);
-    if (ec || own.empty()) return std::nullopt;
-    return own;
-  }
   return home;
+}
+
+core::status follow_cores(const fs::path& run_dir) {
+  auto uses_pid = detail::read_file("/proc/sys/kernel/core_uses_pid", 64);
+  // Only where every core of a directory has one name must a core be held as it appears.
+  const auto place = shared_core_name(core_pattern_text(), uses_pid && trimmed(*uses_pid) == "1", run_dir);
+  if (!place) return core::status(core::errc::not_found, "cores have names of their own");
+  return core_keeper::instance().follow(run_dir, place->filename().string());
+}
+
+std::vector<fs::path> recorded_directories(const fs::path& run_dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  const std::string prefix = agent::cwd_file_prefix;
+  for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || it->path().extension() == ".part") continue;
+    auto text = detail::read_file(it->path().string(), 4096);
+    if (!text || text->empty() || (*text)[0] != '/') continue;
+    const fs::path dir = trimmed(*text);
+    if (std::find(out.begin(), out.end(), dir) == out.end()) out.push_back(dir);
+  }
+  return out;
 }
 
 }  // namespace faultline::harness

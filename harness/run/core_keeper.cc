@@ -8,7 +8,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 #include <thread>
+
+#include "faults/preload/protocol.h"
+#include "harness/detail/sys.h"
 
 namespace faultline::harness {
 namespace {
@@ -25,30 +29,53 @@ core_keeper& core_keeper::instance() {
   return *keeper;
 }
 
-core::status core_keeper::watch(const fs::path& dir, const std::string& name) {
+core::status core_keeper::start() {
+  if (inotify_fd_ >= 0) return {};
+  inotify_fd_ = ::inotify_init1(IN_CLOEXEC);
+  if (inotify_fd_ < 0) return core::status::from_errno(errno, "inotify_init1");
+  try {
+    std::thread([this] { watch_loop(); }).detach();
+  } catch (const std::system_error& e) {
+    ::close(inotify_fd_);
+    inotify_fd_ = -1;
+    return core::status(core::errc::io_error, std::string("cannot start the core keeper's thread: ") + e.what());
+  }
+  return {};
+}
+
+core::status core_keeper::add_watch(const fs::path& dir, const std::string& name, bool follow) {
   std::lock_guard lock(mu_);
   for (const auto& w : watched_)
-    if (w.dir == dir && w.name == name) return {};
-  if (inotify_fd_ < 0) {
-    inotify_fd_ = ::inotify_init1(IN_CLOEXEC);
-    if (inotify_fd_ < 0) return core::status::from_errno(errno, "inotify_init1");
-    try {
-      std::thread([this] { watch_loop(); }).detach();
-    } catch (const std::system_error& e) {
-      ::close(inotify_fd_);
-      inotify_fd_ = -1;
-      return core::status(core::errc::io_error, std::string("cannot start the core keeper's thread: ") + e.what());
-    }
-  }
+    if (w.dir == dir && w.name == name && w.follow == follow) return {};
+  if (auto s = start(); !s) return s;
   // IN_CREATE: the kernel creates the core (after unlinking the previous one of that name).
-  const int wd = ::inotify_add_watch(inotify_fd_, dir.c_str(), IN_CREATE | IN_ONLYDIR);
+  // IN_MOVED_TO: the agent renames its cwd.PID record into place. IN_MASK_ADD: one directory may
+  // be both (each inode has one watch).
+  const std::uint32_t mask = (follow ? IN_MOVED_TO : IN_CREATE) | IN_ONLYDIR | IN_MASK_ADD;
+  const int wd = ::inotify_add_watch(inotify_fd_, dir.c_str(), mask);
   if (wd < 0) return core::status::from_errno(errno, "inotify_add_watch " + dir.string());
-  watched_.push_back({wd, dir, name});
+  watched_.push_back({wd, dir, name, follow});
   return {};
+}
+
+core::status core_keeper::watch(const fs::path& dir, const std::string& name) { return add_watch(dir, name, false); }
+
+core::status core_keeper::follow(const fs::path& run_dir, const std::string& name) { return add_watch(run_dir, name, true); }
+
+void core_keeper::unfollow(const fs::path& run_dir) {
+  std::lock_guard lock(mu_);
+  auto it = std::find_if(watched_.begin(), watched_.end(), [&](const watched& w) { return w.follow && w.dir == run_dir; });
+  if (it == watched_.end()) return;
+  const int wd = it->wd;
+  watched_.erase(it);
+  // The kernel's watch goes unless the directory is also watched for cores (then it stays whole).
+  if (std::none_of(watched_.begin(), watched_.end(), [&](const watched& w) { return w.wd == wd; }))
+    ::inotify_rm_watch(inotify_fd_, wd);
 }
 
 void core_keeper::watch_loop() {
   alignas(inotify_event) char buf[16 * 1024];
+  const std::string record_prefix = agent::cwd_file_prefix;
   for (;;) {
     const ssize_t n = ::read(inotify_fd_, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
@@ -56,14 +83,33 @@ void core_keeper::watch_loop() {
     for (ssize_t at = 0; at < n;) {
       const auto* ev = reinterpret_cast<const inotify_event*>(buf + at);
       at += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+      if ((ev->mask & IN_IGNORED) != 0) {  // the directory is gone (a removed worktree)
+        std::lock_guard lock(mu_);
+        watched_.erase(std::remove_if(watched_.begin(), watched_.end(), [&](const watched& w) { return w.wd == ev->wd; }),
+                       watched_.end());
+        continue;
+      }
       if (ev->len == 0 || (ev->mask & IN_ISDIR) != 0) continue;
       fs::path file;
+      fs::path record;
+      std::string core_name;
       {
         std::lock_guard lock(mu_);
-        for (const auto& w : watched_)
-          if (w.wd == ev->wd && w.name == ev->name) file = w.dir / w.name;
+        for (const auto& w : watched_) {
+          if (w.wd != ev->wd) continue;
+          if (!w.follow && (ev->mask & IN_CREATE) != 0 && w.name == ev->name) file = w.dir / w.name;
+          if (w.follow && (ev->mask & IN_MOVED_TO) != 0 && std::string_view(ev->name).rfind(record_prefix, 0) == 0) {
+            record = w.dir / ev->name;
+            core_name = w.name;
+          }
+        }
       }
       if (!file.empty()) hold(file);
+      if (!record.empty()) {
+        // The directory a process of a run moved to: its cores are held from now on.
+        auto text = detail::read_file(record.string(), 4096);
+        if (text && !text->empty() && (*text)[0] == '/') (void)watch(fs::path(*text), core_name);
+      }
     }
   }
 }

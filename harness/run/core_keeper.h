@@ -61,6 +61,14 @@ class core_keeper {
   /// found by name, as before).
   core::status watch(const std::filesystem::path& dir, const std::string& name);
 
+  /// Follows a run's processes where they go: each record the agent renames into `run_dir`
+  /// (cwd.PID, faults/preload/protocol.h) names a directory, which is then watched for `name` as
+  /// watch() does. Errors: as watch().
+  core::status follow(const std::filesystem::path& run_dir, const std::string& name);
+
+  /// Stops following `run_dir` (its run has ended); the directories it named stay watched.
+  void unfollow(const std::filesystem::path& run_dir);
+
   /// The cores held for files in `dir`, oldest first, each through a descriptor of the caller's
   /// own (pass every one to release()).
   std::vector<held_core> held(const std::filesystem::path& dir);
@@ -90,13 +98,16 @@ class core_keeper {
   core_keeper() = default;
   void watch_loop();
   void hold(const std::filesystem::path& file);
+  core::status start();  // the inotify descriptor and the watcher thread, once (mu_ held)
+  core::status add_watch(const std::filesystem::path& dir, const std::string& name, bool follow);
   // Takes out of held_ every core no live run can own any more; returns their descriptors (mu_ held).
   std::vector<int> take_unowned();
 
   struct watched {
     int wd;
     std::filesystem::path dir;
-    std::string name;
+    std::string name;     // the core's file name
+    bool follow = false;  // a run directory: its cwd.PID records name directories to watch
   };
   struct entry {
     held_core core;

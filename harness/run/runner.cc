@@ -145,12 +145,12 @@ std::optional<crash_capture> crash_capture_from_string(std::string_view s) noexc
   return std::nullopt;
 }
 
-crash_capture resolve_crash_capture(crash_capture requested, std::string* why, const fs::path& cwd, bool agent) {
+crash_capture resolve_crash_capture(crash_capture requested, std::string* why, const fs::path& cwd) {
   if (why) why->clear();
   if (requested == crash_capture::automatic || requested == crash_capture::core) {
     std::error_code ec;
     std::string no_cores = enable_core_capture();
-    if (no_cores.empty()) no_cores = core_destination_problem(cwd.empty() ? fs::current_path(ec) : cwd, agent);
+    if (no_cores.empty()) no_cores = core_destination_problem(cwd.empty() ? fs::current_path(ec) : cwd);
     if (no_cores.empty()) return crash_capture::core;
     if (why) *why = no_cores;
     return crash_capture::none;
@@ -160,11 +160,6 @@ crash_capture resolve_crash_capture(crash_capture requested, std::string* why, c
     return crash_capture::minimal;
   }
   return requested;
-}
-
-bool env_preloads_agent(const std::vector<std::string>& env) {
-  const auto preload = get_env(env, "LD_PRELOAD");
-  return preload && preload->find("libfaultline_agent") != std::string::npos;
 }
 
 std::vector<std::string> faultline_shm_entries() {
@@ -215,7 +210,6 @@ struct run_context {
   std::optional<output_capture> output;  // the run's log
   crash_channel channel;                 // `outside` capture's crash records
   crash_capture capture = crash_capture::none;
-  bool agent = false;                    // the run's processes carry the agent (linked or preloaded)
   fs::path run_cwd;                      // where the program runs
   fs::path crash_stacks;                 // the crash's stacks, once captured
   std::set<std::string> shm_before;      // /dev/shm's faultline entries before the run
@@ -223,10 +217,12 @@ struct run_context {
   // The core keeper holds what appears in the watched directory while this run may claim it.
   struct keeper_run {
     std::uint64_t ticket = 0;
+    fs::path followed;  // the run directory whose cwd.PID records the keeper follows
     keeper_run() = default;
     keeper_run(const keeper_run&) = delete;
     keeper_run& operator=(const keeper_run&) = delete;
     ~keeper_run() {
+      if (!followed.empty()) core_keeper::instance().unfollow(followed);
       if (ticket != 0) core_keeper::instance().end_run(ticket);
     }
   } keeper;
@@ -274,27 +270,23 @@ void arm_agent_crash_mode(std::vector<std::string>& env, crash_capture capture, 
   }
 }
 
-// Whether the run's processes carry the agent: a scenario links it, `exec` preloads it (unless
-// --no-preload).
-bool carries_agent(const run_request& rq, const std::vector<std::string>& env) {
-  return rq.in_run_dir || env_preloads_agent(env);
-}
-
 // How the run's crash is captured, and the environment and channel that capture needs.
 void arm_crash_capture(run_context& run, std::vector<std::string>& env) {
-  run.agent = carries_agent(run.rq, env);
-  run.capture = get_env(env, agent::crash_mode_env) ? crash_capture::none
-                                                    : resolve_crash_capture(run.rq.crash, nullptr, run.run_cwd, run.agent);
+  run.capture = get_env(env, agent::crash_mode_env) ? crash_capture::none : resolve_crash_capture(run.rq.crash, nullptr, run.run_cwd);
   // Where every core of the run's directory gets one name, hold each new one open (core_keeper.h).
   // A run in its own directory (a scenario) has that name to itself.
   if (run.capture == crash_capture::core && !run.rq.in_run_dir) {
     run.keeper.ticket = core_keeper::instance().begin_run();
     (void)keep_cores_apart(run.run_cwd);
   }
-  // Where a core falls relative to the crashing process: a process that stands anywhere else
-  // than where the cores are read is moved into the run directory by the agent as it crashes.
-  if (run.capture == crash_capture::core && run.agent)
-    if (auto home = core_home(run.run_cwd, run.rq.run_dir)) set_env(env, agent::core_home_env, home->string());
+  // Where a core falls relative to the crashing process, a process of the run that stands
+  // anywhere else says where (the agent's cwd.PID), and its directory is watched as this one.
+  if (run.capture == crash_capture::core) {
+    if (auto home = core_home(run.run_cwd)) {
+      set_env(env, agent::core_home_env, home->string());
+      if (!run.rq.in_run_dir && follow_cores(run.rq.run_dir)) run.keeper.followed = run.rq.run_dir;
+    }
+  }
   arm_agent_crash_mode(env, run.capture, run.channel);
 }
 

@@ -68,10 +68,8 @@ std::optional<crash_capture> crash_capture_from_string(std::string_view s) noexc
 /// read (enable_core_capture()), else none; outside becomes minimal where no process can be read
 /// from outside. `why`, when given, receives the reason for a downgrade ("" when there was none).
 /// `cwd`: where the runs will be (core files land there); empty: the harness's directory.
-/// `agent`: the runs carry the agent, which moves a crashing process into its run directory where
-/// `cwd` cannot take a core (a core/ folder: core_dump.h, core_home).
 crash_capture resolve_crash_capture(crash_capture requested, std::string* why = nullptr,
-                                    const std::filesystem::path& cwd = {}, bool agent = false);
+                                    const std::filesystem::path& cwd = {});
 
 struct run_report;
 
@@ -114,10 +112,6 @@ struct run_report {
 /// Performs one run (see the file comment). Never throws; a run that cannot be started is
 /// outcome::error with the reason in the signature.
 run_report run_once(const run_request& rq);
-
-/// Whether the environment `env` ("K=V") preloads faultline's agent (LD_PRELOAD names
-/// libfaultline_agent).
-bool env_preloads_agent(const std::vector<std::string>& env);
 
 /// Names of /dev/shm entries beginning with "faultline".
 std::vector<std::string> faultline_shm_entries();
