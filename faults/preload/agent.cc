@@ -723,12 +723,16 @@ int adopt_run_dir(const char* dir) noexcept {
 // watches the run directory for the rename, then that directory for the core). Only when the
 // directory changes, and never at a crash: no handler, no cost where the race is (DESIGN.md §8.2).
 char recorded_cwd[PATH_MAX];
+// A program that walks a tree (chdir into every directory) stops being followed past this many.
+constexpr int max_cwd_records = 64;
+std::atomic<int> cwd_records{0};
 
 void place_core() noexcept {
   if (core_home_path[0] == '\0') return;
   char cwd[PATH_MAX];
   if (::syscall(SYS_getcwd, cwd, sizeof cwd) <= 0) return;
   if (std::strcmp(cwd, core_home_path) == 0 || std::strcmp(cwd, recorded_cwd) == 0) return;
+  if (cwd_records.fetch_add(1, std::memory_order_relaxed) >= max_cwd_records) return;
   const pid_t pid = core::host_pid();
   path_string record;
   pid_file_path(record, cwd_file_prefix, pid);

@@ -1,6 +1,8 @@
 // libfaultline_agent.so: the agent for programs run under `faultline exec`, through LD_PRELOAD.
 // A constructor installs the agent; __libc_start_main is interposed to wrap main() so that its
-// return is marked "main-returned"; exit() is interposed to mark "exit". Everything else is the
+// return is marked "main-returned"; exit() is interposed to mark "exit". chdir() and fchdir() are
+// interposed so that a process that leaves its run's core home says where it stands (cwd.PID,
+// protocol.h). Everything else is the
 // same agent that scenario binaries link statically. Without FAULTLINE_RUN_DIR it changes
 // nothing: install() does nothing and the wrappers only forward. Children inherit LD_PRELOAD
 // (and the agent, after fork()), and write their own PID files.

@@ -59,8 +59,8 @@
 //                were not.
 //   cwd.PID      the directory this process stands in, when that is not FAULTLINE_AGENT_CORE_HOME
 //                (one absolute path, no newline): written at start and after each chdir()/fchdir()
-//                that leaves the home, to cwd.PID.part and renamed to cwd.PID, so that a reader
-//                never sees half of it. The core keeper watches the run directory for the rename
+//                that leaves the home (at most 64 times a process), to cwd.PID.part and renamed to
+//                cwd.PID, so that a reader never sees half of it. The core keeper watches the run directory for the rename
 //                and then the named directory for the process's core; after the run the runner
 //                looks for the run's cores there too.
 //   crash-stacks.txt  written by the runner, not the agent: every thread of the crashed

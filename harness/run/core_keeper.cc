@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 
 constexpr std::size_t max_held = 64;
 constexpr auto max_age = std::chrono::minutes(10);
+constexpr std::size_t max_followed = 32;  // directories watched for one run directory's records
 
 }  // namespace
 
@@ -43,10 +44,18 @@ core::status core_keeper::start() {
   return {};
 }
 
-core::status core_keeper::add_watch(const fs::path& dir, const std::string& name, bool follow) {
+core::status core_keeper::add_watch(const fs::path& dir, const std::string& name, bool follow, const fs::path& follower) {
   std::lock_guard lock(mu_);
-  for (const auto& w : watched_)
-    if (w.dir == dir && w.name == name && w.follow == follow) return {};
+  for (auto& w : watched_) {
+    if (w.dir != dir || w.name != name || w.follow != follow) continue;
+    if (follower.empty()) w.lasting = true;
+    else w.followers.insert(follower);
+    return {};
+  }
+  if (!follower.empty()) {
+    const auto named = std::count_if(watched_.begin(), watched_.end(), [&](const watched& w) { return w.followers.count(follower) > 0; });
+    if (named >= static_cast<std::ptrdiff_t>(max_followed)) return core::status(core::errc::unavailable, "too many directories followed");
+  }
   if (auto s = start(); !s) return s;
   // IN_CREATE: the kernel creates the core (after unlinking the previous one of that name).
   // IN_MOVED_TO: the agent renames its cwd.PID record into place. IN_MASK_ADD: one directory may
@@ -54,7 +63,9 @@ core::status core_keeper::add_watch(const fs::path& dir, const std::string& name
   const std::uint32_t mask = (follow ? IN_MOVED_TO : IN_CREATE) | IN_ONLYDIR | IN_MASK_ADD;
   const int wd = ::inotify_add_watch(inotify_fd_, dir.c_str(), mask);
   if (wd < 0) return core::status::from_errno(errno, "inotify_add_watch " + dir.string());
-  watched_.push_back({wd, dir, name, follow});
+  watched w{wd, dir, name, follow, follow || follower.empty(), {}};
+  if (!follower.empty()) w.followers.insert(follower);
+  watched_.push_back(std::move(w));
   return {};
 }
 
@@ -64,13 +75,21 @@ core::status core_keeper::follow(const fs::path& run_dir, const std::string& nam
 
 void core_keeper::unfollow(const fs::path& run_dir) {
   std::lock_guard lock(mu_);
-  auto it = std::find_if(watched_.begin(), watched_.end(), [&](const watched& w) { return w.follow && w.dir == run_dir; });
-  if (it == watched_.end()) return;
-  const int wd = it->wd;
-  watched_.erase(it);
-  // The kernel's watch goes unless the directory is also watched for cores (then it stays whole).
-  if (std::none_of(watched_.begin(), watched_.end(), [&](const watched& w) { return w.wd == wd; }))
-    ::inotify_rm_watch(inotify_fd_, wd);
+  std::set<int> dropped;
+  for (auto it = watched_.begin(); it != watched_.end();) {
+    it->followers.erase(run_dir);
+    const bool gone = (it->follow && it->dir == run_dir) || (!it->follow && !it->lasting && it->followers.empty());
+    if (gone) {
+      dropped.insert(it->wd);
+      it = watched_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // The kernel's watch goes unless the directory is still watched for something else.
+  for (int wd : dropped)
+    if (std::none_of(watched_.begin(), watched_.end(), [&](const watched& w) { return w.wd == wd; }))
+      ::inotify_rm_watch(inotify_fd_, wd);
 }
 
 void core_keeper::watch_loop() {
@@ -92,6 +111,7 @@ void core_keeper::watch_loop() {
       if (ev->len == 0 || (ev->mask & IN_ISDIR) != 0) continue;
       fs::path file;
       fs::path record;
+      fs::path follower;
       std::string core_name;
       {
         std::lock_guard lock(mu_);
@@ -100,6 +120,7 @@ void core_keeper::watch_loop() {
           if (!w.follow && (ev->mask & IN_CREATE) != 0 && w.name == ev->name) file = w.dir / w.name;
           if (w.follow && (ev->mask & IN_MOVED_TO) != 0 && std::string_view(ev->name).rfind(record_prefix, 0) == 0) {
             record = w.dir / ev->name;
+            follower = w.dir;
             core_name = w.name;
           }
         }
@@ -108,7 +129,7 @@ void core_keeper::watch_loop() {
       if (!record.empty()) {
         // The directory a process of a run moved to: its cores are held from now on.
         auto text = detail::read_file(record.string(), 4096);
-        if (text && !text->empty() && (*text)[0] == '/') (void)watch(fs::path(*text), core_name);
+        if (text && !text->empty() && (*text)[0] == '/') (void)add_watch(fs::path(*text), core_name, false, follower);
       }
     }
   }

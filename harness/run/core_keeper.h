@@ -66,7 +66,9 @@ class core_keeper {
   /// watch() does. Errors: as watch().
   core::status follow(const std::filesystem::path& run_dir, const std::string& name);
 
-  /// Stops following `run_dir` (its run has ended); the directories it named stay watched.
+  /// Stops following `run_dir` (its run has ended); a directory only its records named is no
+  /// longer watched. At most 32 directories are watched for one run directory's records (a
+  /// program that walks a tree): cores in the others are still found by name after the run.
   void unfollow(const std::filesystem::path& run_dir);
 
   /// The cores held for files in `dir`, oldest first, each through a descriptor of the caller's
@@ -99,7 +101,9 @@ class core_keeper {
   void watch_loop();
   void hold(const std::filesystem::path& file);
   core::status start();  // the inotify descriptor and the watcher thread, once (mu_ held)
-  core::status add_watch(const std::filesystem::path& dir, const std::string& name, bool follow);
+  // `follower`: the run directory whose record names `dir` (empty: watch() or follow() itself).
+  core::status add_watch(const std::filesystem::path& dir, const std::string& name, bool follow,
+                         const std::filesystem::path& follower = {});
   // Takes out of held_ every core no live run can own any more; returns their descriptors (mu_ held).
   std::vector<int> take_unowned();
 
@@ -108,6 +112,8 @@ class core_keeper {
     std::filesystem::path dir;
     std::string name;     // the core's file name
     bool follow = false;  // a run directory: its cwd.PID records name directories to watch
+    bool lasting = false;  // watch(): for as long as the harness runs
+    std::set<std::filesystem::path> followers;  // the run directories whose records named it
   };
   struct entry {
     held_core core;

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -85,6 +86,48 @@ TEST_F(core_keeper_test, its_descriptors_are_those_it_holds_and_lends) {
   EXPECT_EQ(keeper.descriptors().count(lent[0].fd), 0u);
   EXPECT_FALSE(fs::exists(dir_ / name_));
   keeper.end_run(run);
+}
+
+TEST_F(core_keeper_test, it_follows_a_run_where_its_processes_record_they_went_until_the_run_ends) {
+  // The run directory and the directory a process of the run moved to (protocol.h, cwd.PID).
+  const fs::path run_dir = dir_ / "run";
+  const fs::path away = dir_ / "away";
+  fs::create_directories(run_dir);
+  fs::create_directories(away);
+  auto& keeper = core_keeper::instance();
+  const auto run = keeper.begin_run();
+  ASSERT_TRUE(keeper.follow(run_dir, name_));
+  {
+    std::ofstream part(run_dir / "cwd.42.part");
+    part << away.string();
+  }
+  fs::rename(run_dir / "cwd.42.part", run_dir / "cwd.42");
+  auto dump_away = [&] {
+    ::unlink((away / name_).c_str());
+    std::ofstream(away / name_) << "core";
+  };
+  auto held_away = [&] {
+    auto held = keeper.held(away);
+    for (const auto& c : held) keeper.release(c, false);
+    return held.size();
+  };
+  // The keeper's thread adds the watch once it has read the record: dump until it is held.
+  bool held = false;
+  for (int i = 0; i < 100 && !held; ++i) {
+    dump_away();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    held = held_away() > 0;
+  }
+  EXPECT_TRUE(held) << "a core where the record points is held";
+  keeper.unfollow(run_dir);
+  keeper.end_run(run);
+  EXPECT_EQ(held_away(), 0u);
+  // The directory is no longer watched: a core there while another run runs is not held.
+  const auto later = keeper.begin_run();
+  dump_away();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(held_away(), 0u);
+  keeper.end_run(later);
 }
 
 TEST_F(core_keeper_test, a_core_that_appears_while_no_run_is_running_is_not_held) {
