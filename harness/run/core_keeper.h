@@ -23,7 +23,9 @@
 // keeper holds a core only while a run may still claim it.
 //
 // Limit: a core replaced in the microseconds between its creation and the keeper's open is lost
-// as before. Held cores are bounded besides (the oldest is let go past 64, and any past 10 minutes).
+// as before; so is one replaced in a directory a run's process moved to before the keeper has
+// read that process's record and watched the directory (a crash within moments of the move,
+// together with another crash there). Held cores are bounded besides (the oldest is let go past 64, and any past 10 minutes).
 //
 // Thread safety: every member may be called from any thread; one watcher thread per process.
 #pragma once
