@@ -38,15 +38,21 @@ destination alone moves the rate here.
   ci/fidelity.py ... --json out.json                                     # the table as JSON
 
 A program is a command line; a bare name is looked up in BUILD/bin (then in PATH). Every run, bare
-or not, starts in the same scratch directory: a `core` folder where you stand (the source tree has
-one) would turn faultline's default crash capture off. The default programs are the CPU exit races
+or not, starts in the same scratch directory (not where you stand), which --where shapes:
+  plain        an empty directory (default)
+  elsewhere    the program is run as `sh -c 'cd elsewhere && exec PROG'`: it crashes away from the
+               directory faultline started it in (as every run under bisect, in its worktrees)
+  core-folder  the directory holds a `core/` folder (a build directory), where the kernel cannot
+               write a core named `core`
+After each faultline invocation the files named core or core.* left in the scratch directory
+(outside faultline's --out) are counted ("stray_cores" in the JSON) and removed. The default programs are the CPU exit races
 of harness/testdata/race, some of them writing at exit (--exit-stderr, --exit-printf,
 --exit-flood), and one fixed (--drain). Failure = any exit status but 0 (bare; a run past
 --timeout is killed and fails) or any outcome but pass (faultline). The JSON has
 {"jobs", "reference", "modes", "rows": [{"program", "mode", "jobs", "failures", "runs", "rate",
 "lower95", "upper95", "p_value", "faithful", "inside_reference_interval", "crashes",
-"named_crashes"}]} (p_value, faithful and the interval field, kept for information, are null for
-the reference and amplified; the crash counts null for bare modes: a crash is
+"named_crashes", "stray_cores"}], "where"} (p_value, faithful and the interval field, kept for
+information, are null for the reference and amplified; the crash counts null for bare modes: a crash is
 named when its signature holds frames, not the signal alone, i.e. its core was read). Standard
 library only.
 """
@@ -176,6 +182,24 @@ def run_faultline(faultline, argv, jobs, timeout, seed, extra, workdir, cwd, env
     return runs - summary["outcomes"].get("pass", 0), runs, crash_names(summary)
 
 
+def stray_cores(cwd):
+    """Removes and counts the core files faultline's runs left under `cwd` (its --out is elsewhere)."""
+    n = 0
+    for root, _, files in os.walk(cwd):
+        for f in files:
+            if f == "core" or f.startswith("core."):
+                os.remove(os.path.join(root, f))
+                n += 1
+    return n
+
+
+def wrap(argv, where):
+    """The command line as --where runs it."""
+    if where == "elsewhere":
+        return ["/bin/sh", "-c", "cd elsewhere && exec \"$@\"", "sh"] + argv
+    return argv
+
+
 def crash_names(summary):
     """(crashes, crashes whose signature names frames): a signature of the signal alone
     ("SIGABRT") means the crash's stack could not be read (its core was lost)."""
@@ -201,6 +225,8 @@ def main():
                     help="the bare mode whose interval the harness modes are judged by")
     ap.add_argument("--timeout", type=int, default=60, help="seconds per run")
     ap.add_argument("--json", help="write the table as JSON here")
+    ap.add_argument("--where", default="plain", choices=("plain", "elsewhere", "core-folder"),
+                    help="where the program stands when it crashes (see below)")
     a = ap.parse_args()
     if a.runs < 1 or a.jobs < 1:
         ap.error("--runs and --jobs must be at least 1")
@@ -224,10 +250,14 @@ def main():
         # has one) would turn faultline's default crash capture off.
         cwd = os.path.join(work, "cwd")
         os.mkdir(cwd)
+        os.mkdir(os.path.join(cwd, "elsewhere"))
+        if a.where == "core-folder":
+            os.mkdir(os.path.join(cwd, "core"))
         for program in a.program or DEFAULT_PROGRAMS:
-            argv = resolve(a.build, program)
+            argv = wrap(resolve(a.build, program), a.where)
             counts = {m: [0, 0] for m in modes}
             names = {m: [0, 0] for m in modes}  # harness modes: crashes, crashes named by frames
+            strays = {m: 0 for m in modes}
             started = time.time()
             rounds = (a.runs + a.jobs - 1) // a.jobs
             order = list(modes)
@@ -238,10 +268,12 @@ def main():
                     if m in BARE_MODES:
                         k, n = run_bare(argv, a.jobs, a.timeout, m, work, cwd)
                     else:
+                        stray_cores(cwd)  # a bare run's (with `ulimit -c` above 0): not faultline's
                         k, n, (c, named) = run_faultline(faultline, argv, a.jobs, a.timeout, r + 1, HARNESS_EXTRAS[m],
                                                          work, cwd, HARNESS_ENV.get(m))
                         names[m][0] += c
                         names[m][1] += named
+                        strays[m] += stray_cores(cwd)
                     counts[m][0] += k
                     counts[m][1] += n
                 if sys.stderr.isatty():
@@ -260,7 +292,8 @@ def main():
                              "faithful": (p >= FAITHFUL_ALPHA) if judged else None,
                              "inside_reference_interval": inside,
                              "crashes": names[m][0] if m not in BARE_MODES else None,
-                             "named_crashes": names[m][1] if m not in BARE_MODES else None})
+                             "named_crashes": names[m][1] if m not in BARE_MODES else None,
+                             "stray_cores": strays[m] if m not in BARE_MODES else None})
 
     w = max([len("program")] + [len(r["program"]) for r in rows])
     print(f"\n{'program':{w}} {'mode':11} {'failures':>10} {'rate':>7}   95% CI           p (vs {a.reference})"
@@ -272,10 +305,11 @@ def main():
         p = "" if row["p_value"] is None else f"{row['p_value']:.3g}"
         print(f"{row['program']:{w}} {row['mode']:11} {row['failures']:>4}/{row['runs']:<5} "
               f"{100 * row['rate']:6.1f}%   {100 * row['lower95']:5.1f}% - {100 * row['upper95']:5.1f}%   {p:>14}"
-              f"  {verdict:9}" + (f"   {row['named_crashes']}/{row['crashes']}" if row["crashes"] else ""))
+              f"  {verdict:9}" + (f"   {row['named_crashes']}/{row['crashes']}" if row["crashes"] else "")
+              + (f"   {row['stray_cores']} cores left outside --out" if row["stray_cores"] else ""))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"jobs": a.jobs, "reference": a.reference, "modes": modes, "rows": rows}, f, indent=1)
+            json.dump({"jobs": a.jobs, "reference": a.reference, "modes": modes, "where": a.where, "rows": rows}, f, indent=1)
     unfaithful = [r for r in rows if r["mode"] not in BARE_MODES and r["faithful"] is False]
     return 1 if unfaithful else 0
 

@@ -217,5 +217,38 @@ TEST(fidelity_benchmark, runs_end_to_end_and_counts_failures_in_every_mode) {
   }
 }
 
+// ci/fidelity.py --where elsewhere (issue 38, item 3): a program run as `sh -c 'cd elsewhere &&
+// exec PROG'` crashes away from where faultline started it; every crash is named by its frames
+// and no core is left in the scratch directory.
+TEST(fidelity_benchmark, a_crash_after_a_cd_is_named_and_leaves_no_core_behind) {
+  const fs::path script = fs::path(__FILE__).parent_path().parent_path() / "ci" / "fidelity.py";
+  if (!fs::exists(script)) GTEST_SKIP() << script << " not found (the source tree is elsewhere)";
+  if (std::system("python3 -c pass >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
+  if (auto why = enable_core_capture(); !why.empty()) GTEST_SKIP() << "no core capture here: " << why;
+  if (!core_home(fs::temp_directory_path())) GTEST_SKIP() << "core_pattern does not name a file relative to the crashing process";
+  scratch_dir dir;
+  const fs::path json = dir.path() / "fidelity.json";
+  auto quoted = [](const std::string& s) { return "'" + s + "'"; };
+  const std::string cmd = "timeout 120 python3 " + quoted(script.string()) + " --build " +
+                          quoted(testing::bin_dir().parent_path().string()) +
+                          " --runs 3 --jobs 1 --timeout 20 --modes default --where elsewhere"
+                          " --program fl_testdata_crash_in_work --json " + quoted(json.string()) + " 2>&1";
+  std::string output;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char chunk[4096];
+  for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, p)) > 0;) output.append(chunk, n);
+  const int status = ::pclose(p);
+  ASSERT_TRUE(WIFEXITED(status)) << cmd << "\n" << output;
+  auto j = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(j["where"], "elsewhere");
+  ASSERT_EQ(j["rows"].size(), 1u) << j.dump(1);
+  const auto& row = j["rows"][0];
+  EXPECT_EQ(row["failures"], 3) << row.dump();
+  EXPECT_EQ(row["crashes"], 3) << row.dump();
+  EXPECT_EQ(row["named_crashes"], 3) << row.dump();
+  EXPECT_EQ(row["stray_cores"], 0) << row.dump();
+}
+
 }  // namespace
 }  // namespace faultline::harness

@@ -94,6 +94,10 @@ struct sigaction previous_actions[crash_signal_count];
 
 std::atomic<pid_t> crash_owner{0};
 
+// Where the runner reads this run's cores (protocol.h, FAULTLINE_AGENT_CORE_HOME); empty when
+// cores do not follow the working directory.
+char core_home_path[PATH_MAX];
+
 // Stack dump state. dump_request packs (tid << 8 | request_state) so that the coordinator and
 // the asked thread hand the request over with one compare-and-swap.
 enum request_state : std::uint64_t { request_asked = 1, request_writing = 2, request_answered = 3,
@@ -714,6 +718,45 @@ int adopt_run_dir(const char* dir) noexcept {
   return 0;
 }
 
+// Where a process that stands away from its core home (protocol.h) is: RUN_DIR/cwd.PID names
+// the directory, written whole under another name and renamed into place (the core keeper
+// watches the run directory for the rename, then that directory for the core). Only when the
+// directory changes, and never at a crash: no handler, no cost where the race is (DESIGN.md §8.2).
+char recorded_cwd[PATH_MAX];
+// A program that walks a tree (chdir into every directory) stops being followed past this many.
+constexpr int max_cwd_records = 64;
+std::atomic<int> cwd_records{0};
+
+void place_core() noexcept {
+  if (core_home_path[0] == '\0') return;
+  char cwd[PATH_MAX];
+  if (::syscall(SYS_getcwd, cwd, sizeof cwd) <= 0) return;
+  if (std::strcmp(cwd, core_home_path) == 0 || std::strcmp(cwd, recorded_cwd) == 0) return;
+  if (cwd_records.fetch_add(1, std::memory_order_relaxed) >= max_cwd_records) return;
+  const pid_t pid = core::host_pid();
+  path_string record;
+  pid_file_path(record, cwd_file_prefix, pid);
+  path_string part;
+  part.str(record.c_str()).str(".part");
+  if (record.overflowed() || part.overflowed()) return;
+  const int fd = sys::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  const std::size_t n = std::strlen(cwd);
+  const bool written = sys::write(fd, cwd, n) == static_cast<ssize_t>(n);
+  sys::close(fd);
+  if (written && ::syscall(SYS_rename, part.c_str(), record.c_str()) == 0) std::memcpy(recorded_cwd, cwd, n + 1);
+}
+
+// FAULTLINE_AGENT_CORE_HOME, for crash mode off: an absolute path that fits, else none.
+void read_core_home() noexcept {
+  const char* home = std::getenv(core_home_env);
+  core_home_path[0] = '\0';
+  if (crash_reporting != crash_mode::off || home == nullptr || home[0] != '/') return;
+  const std::size_t n = std::strlen(home);
+  if (n >= sizeof core_home_path) return;
+  std::memcpy(core_home_path, home, n + 1);
+}
+
 // The crash reporting the environment asks for: off, minimal, stop (with its channel, a pipe
 // already open; without one, minimal) or, by default, the agent's full report.
 void read_crash_mode() noexcept {
@@ -798,6 +841,8 @@ install_result install_once() noexcept {
   warm_up_handlers();
   prepare_thread();  // without an alternate stack the handlers still run, on the thread's stack
   if (int error = install_signal_handlers(); error != 0) return {install_status::failed, error};
+  read_core_home();
+  place_core();
   ::pthread_atfork(nullptr, nullptr, &after_fork_in_child);
 
   map_phase_table();
@@ -875,6 +920,10 @@ bool prepare_thread() noexcept {
   }
   agent_stack_mapping = mapping;
   return true;
+}
+
+void working_directory_changed() noexcept {
+  if (installed()) place_core();
 }
 
 void release_thread() noexcept {

@@ -110,4 +110,10 @@ bool prepare_thread() noexcept;
 /// nothing.) Not async-signal-safe.
 void release_thread() noexcept;
 
+/// Called after the process's working directory changed (the preloaded agent's chdir and fchdir):
+/// with FAULTLINE_AGENT_CORE_HOME set (protocol.h), a process that now stands outside that home
+/// writes cwd.PID, so that the runner finds its core where the kernel puts it. Does nothing when
+/// the agent is not installed. Thread safety: any thread; not async-signal-safe.
+void working_directory_changed() noexcept;
+
 }  // namespace faultline::agent

@@ -1,6 +1,8 @@
 // libfaultline_agent.so: the agent for programs run under `faultline exec`, through LD_PRELOAD.
 // A constructor installs the agent; __libc_start_main is interposed to wrap main() so that its
-// return is marked "main-returned"; exit() is interposed to mark "exit". Everything else is the
+// return is marked "main-returned"; exit() is interposed to mark "exit". chdir() and fchdir() are
+// interposed so that a process that leaves its run's core home says where it stands (cwd.PID,
+// protocol.h). Everything else is the
 // same agent that scenario binaries link statically. Without FAULTLINE_RUN_DIR it changes
 // nothing: install() does nothing and the wrappers only forward. Children inherit LD_PRELOAD
 // (and the agent, after fork()), and write their own PID files.
@@ -178,4 +180,34 @@ extern "C" [[gnu::visibility("default")]] void exit(int status) noexcept {
   hit_exit_point(exit_start_plan, "exit/start");
   next_exit()(status);
   ::_exit(status);  // not reached: the real exit() does not return
+}
+
+// The working directory decides where a relative core_pattern puts a core: the agent records
+// where a process that left its run's core home stands (agent.h, working_directory_changed).
+extern "C" [[gnu::visibility("default")]] int chdir(const char* path) noexcept {
+  using chdir_fn = int (*)(const char*);
+  static chdir_fn next = nullptr;
+  if (next == nullptr) next = reinterpret_cast<chdir_fn>(faultline::agent::detail::next_symbol("chdir"));
+  if (next == nullptr) die("chdir");
+  const int result = next(path);
+  if (result == 0) {
+    const int saved_errno = errno;
+    faultline::agent::working_directory_changed();
+    errno = saved_errno;
+  }
+  return result;
+}
+
+extern "C" [[gnu::visibility("default")]] int fchdir(int fd) noexcept {
+  using fchdir_fn = int (*)(int);
+  static fchdir_fn next = nullptr;
+  if (next == nullptr) next = reinterpret_cast<fchdir_fn>(faultline::agent::detail::next_symbol("fchdir"));
+  if (next == nullptr) die("fchdir");
+  const int result = next(fd);
+  if (result == 0) {
+    const int saved_errno = errno;
+    faultline::agent::working_directory_changed();
+    errno = saved_errno;
+  }
+  return result;
 }

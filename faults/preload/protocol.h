@@ -57,6 +57,12 @@
 //                NCCL call of a process, mapped shared, a fixed binary layout updated by stores;
 //                the runner reads it to name the ranks that were in a collective and those that
 //                were not.
+//   cwd.PID      the directory this process stands in, when that is not FAULTLINE_AGENT_CORE_HOME
+//                (one absolute path, no newline): written at start and after each chdir()/fchdir()
+//                that leaves the home (at most 64 times a process), to cwd.PID.part and renamed to
+//                cwd.PID, so that a reader never sees half of it. The core keeper watches the run directory for the rename
+//                and then the named directory for the process's core; after the run the runner
+//                looks for the run's cores there too.
 //   crash-stacks.txt  written by the runner, not the agent: every thread of the crashed
 //                process, read by gdb from its core dump (mode off), or every thread of every
 //                process of the run, captured out of process while a crashing process was
@@ -108,6 +114,13 @@
 //   FAULTLINE_AGENT_QUIET  "1": do not also print crash backtraces to stderr.
 //   FAULTLINE_AGENT_CRASH  "off", "report" (default), "minimal" or "stop": see "Crash capture".
 //   FAULTLINE_AGENT_CRASH_FD  the runner's crash pipe, for "stop".
+//   FAULTLINE_AGENT_CORE_HOME  mode off only, set by the runner where core_pattern names a file
+//                          relative to the crashing process's working directory ("core"): the
+//                          directory (absolute, canonical) where the runner reads this run's cores.
+//                          A process that stands anywhere else (started elsewhere, or moved by
+//                          chdir()/fchdir(), which the preloaded agent interposes) writes cwd.PID
+//                          (below) so that its core is found where it falls. No handler is
+//                          installed for it: any crash handler changes exit races (DESIGN.md §8.2).
 //   FAULTLINE_FAULTS, FAULTLINE_SEED  the preloaded agent's own fault points exit/start,
 //                          exit/end (preload.cc) and cuda/<API> (cuda_points.h); other items are
 //                          left to the fault engine.
@@ -125,12 +138,14 @@ inline constexpr const char* crash_file_prefix = "crash.";
 inline constexpr const char* stacks_file_prefix = "stacks.";
 inline constexpr const char* points_file_prefix = "points.";
 inline constexpr const char* late_cuda_file_prefix = "late-cuda.";
+inline constexpr const char* cwd_file_prefix = "cwd.";
 inline constexpr unsigned phase_file_bytes = 4096;
 inline constexpr unsigned late_cuda_framed_calls = 64;
 inline constexpr const char* crash_stacks_file = "crash-stacks.txt";
 
 inline constexpr const char* crash_mode_env = "FAULTLINE_AGENT_CRASH";
 inline constexpr const char* crash_fd_env = "FAULTLINE_AGENT_CRASH_FD";
+inline constexpr const char* core_home_env = "FAULTLINE_AGENT_CORE_HOME";
 
 inline constexpr const char* marker_run = "run";
 inline constexpr const char* marker_work_end = "work-end";

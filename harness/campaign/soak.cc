@@ -24,6 +24,7 @@
 #include "harness/campaign/state_file.h"
 #include "harness/detail/sys.h"
 #include "harness/run/core_dump.h"
+#include "harness/run/core_keeper.h"
 #include "harness/run/process.h"
 #include "harness/run/process_tree.h"
 #include "harness/run/runner.h"
@@ -196,10 +197,13 @@ class leak_checker {
     // Descriptors of the harness itself: every run's pipes and files are closed by now. The
     // soak's own threads (its reporter, the checkpoint) open files for a moment: a descriptor
     // counts once it is there, to the same file, at a second look 50 ms later.
+    // The core keeper's are held on purpose (core_keeper.h): a run's core until the run claims
+    // it, and each is let go as soon as no run can.
     auto unexpected = [&](const std::map<int, std::string>& fds) {
       std::map<int, std::string> out;
+      const std::set<int> kept = core_keeper::instance().descriptors();
       for (const auto& [fd, what] : fds) {
-        if (what == "?") continue;  // closed while we looked
+        if (what == "?" || kept.count(fd)) continue;  // closed while we looked, or the keeper's
         auto was = fds_.find(fd);
         if (was != fds_.end() && was->second == what) continue;
         if (std::any_of(own_files_.begin(), own_files_.end(), [&](const std::string& f) { return what.rfind(f, 0) == 0; })) continue;

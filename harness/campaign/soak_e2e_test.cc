@@ -27,6 +27,7 @@
 #include "core/points/random.h"
 #include "harness/campaign/fault_space.h"
 #include "harness/results/results.h"
+#include "harness/run/core_dump.h"
 #include "harness/run/process.h"
 #include "harness/run/runner.h"
 #include "harness/tests/e2e_util.h"
@@ -414,6 +415,32 @@ TEST_F(soak_e2e, soak_json_counts_the_runs_recorded_while_a_command_soak_runs_an
   for (const auto& rec : recs) EXPECT_TRUE(numbers.insert(rec.run).second) << "run " << rec.run << " recorded twice";
   ASSERT_FALSE(numbers.empty());
   EXPECT_EQ(*numbers.rbegin() + 1, numbers.size()) << "a run below the highest recorded one is missing: it was lost";
+}
+
+// Issue 38: a death test (a child crashes on purpose, the program passes) soaked at --jobs 2 exited
+// 1 with every run passed: the core keeper's descriptors of the children's cores, never let go,
+// were counted as the harness's leaks. The harness's own held descriptors are not leaks, each run
+// takes its cores away, and none stays in the directory.
+TEST_F(soak_e2e, a_command_soak_whose_child_crashes_on_purpose_passes_without_a_harness_leak) {
+  const fs::path cwd = dir_.path() / "work";
+  fs::create_directories(cwd);
+  if (auto why = harness::enable_core_capture(); !why.empty()) GTEST_SKIP() << "no core capture here: " << why;
+  if (!harness::core_home(cwd)) GTEST_SKIP() << "core_pattern does not name a file relative to the crashing process";
+  auto s = start_soak({"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", cwd.string()},
+                      {"--budget", "4s", "--jobs", "2", "--out", out().string(), "--", testing_util::program("fl_testdata_child_crash").string()},
+                      dir_.path(), "soak");
+  ASSERT_TRUE(s.proc.wait_exit_for(std::chrono::seconds(120))) << slurp(s.err);
+  const int status = s.proc.reap();
+  ASSERT_TRUE(WIFEXITED(status)) << slurp(s.err);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << slurp(s.err);
+  const auto recs = records(out());
+  EXPECT_GE(recs.size(), 16u) << "the leak check comes every 8 runs at --jobs 2";
+  for (const auto& rec : recs) EXPECT_EQ(rec.result, harness::outcome::pass) << "run " << rec.run;
+  auto state = state_of(out());
+  ASSERT_FALSE(state.is_discarded());
+  EXPECT_TRUE(state["harness_leaks"].empty()) << state["harness_leaks"].dump();
+  EXPECT_EQ(slurp(s.err).find("harness leak"), std::string::npos) << slurp(s.err);
+  EXPECT_EQ(testing_util::core_files_under(dir_.path()), std::vector<fs::path>{}) << "cores left behind";
 }
 
 TEST_F(soak_e2e, soak_json_counts_the_runs_recorded_while_a_catalog_soak_runs) {

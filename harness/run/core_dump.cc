@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "faults/preload/protocol.h"
 #include "harness/detail/sys.h"
 #include "harness/run/core_handler/core_handler.h"
 #include "harness/run/core_keeper.h"
@@ -331,8 +332,16 @@ core::result<std::string> core_stacks_section(const fs::path& core, const core_i
 
 core::status capture_core(const std::vector<pid_t>& pids, const fs::path& cwd, const fs::path& run_dir,
                           std::chrono::system_clock::time_point since, const fs::path& out) {
+  run_cores run;
+  run.pids = pids;
+  return claim_cores(run, cwd, run_dir, since, out);
+}
+
+core::status claim_cores(const run_cores& run, const fs::path& cwd, const fs::path& run_dir,
+                         std::chrono::system_clock::time_point since, const fs::path& out) {
   const std::string pattern = core_pattern_text();
-  auto uses_pid = detail::read_file("/proc/sys/kernel/core_uses_pid", 64);
+  auto uses_pid_text = detail::read_file("/proc/sys/kernel/core_uses_pid", 64);
+  const bool uses_pid = uses_pid_text && trimmed(*uses_pid_text) == "1";
   const bool handler = parse_core_handler_pattern(pattern).has_value();
   const auto files = file_pattern(pattern);
   if (!handler && !files) return core::status(core::errc::not_found, "no core file: core_pattern is not a file name");
@@ -341,29 +350,91 @@ core::status capture_core(const std::vector<pid_t>& pids, const fs::path& cwd, c
     wait_for_handler(run_dir);
     globs.push_back((run_dir / "core.*").string());  // core.PID, the pid in the core's notes decides
   }
-  if (files) globs.push_back(core_glob(*files, uses_pid && trimmed(*uses_pid) == "1", cwd));
+  // Where the run's processes stood: its directory and, where cores follow the process, every
+  // directory one of them recorded (cwd.PID, protocol.h).
+  std::vector<fs::path> places = {cwd};
+  if (files && !run_dir.empty() && core_home(cwd))
+    for (auto& d : recorded_directories(run_dir))
+      if (d != cwd) places.push_back(std::move(d));
+  if (files)
+    for (const auto& place : places) globs.push_back(core_glob(*files, uses_pid, place));
   core_candidates candidates;
-  candidates.add_held(shared_core_name(pattern, uses_pid && trimmed(*uses_pid) == "1", cwd));
+  for (const auto& place : places) candidates.add_held(shared_core_name(pattern, uses_pid, place));
   const auto since_s = std::chrono::system_clock::to_time_t(since) - 1;
   for (const auto& glob_text : globs) candidates.add_found(glob_text, since_s);
   if (candidates.list.empty()) {
+    if (!run.read) return {};
     std::string where;
     for (const auto& g : globs) where += (where.empty() ? "" : " or ") + g;
     return core::status(core::errc::not_found, "no core file matches " + where);
   }
+  std::vector<pid_t> pids = run.pids;
+  bool asked = !run.more_pids;
+  auto listed = [&](pid_t p) {
+    if (p == 0) return false;
+    if (std::find(pids.begin(), pids.end(), p) != pids.end()) return true;
+    if (asked) return false;
+    asked = true;
+    const auto more = run.more_pids();
+    pids.insert(pids.end(), more.begin(), more.end());
+    return std::find(pids.begin(), pids.end(), p) != pids.end();
+  };
+  std::optional<core::status> read;
   for (auto& cand : candidates.list) {
     // Whose core it is, from its notes: another run's (or no core at all) is left alone.
     auto id = read_core_identity(cand.path);
-    if (!id || id->pid == 0 || std::find(pids.begin(), pids.end(), id->pid) == pids.end()) continue;
-    auto section = core_stacks_section(cand.path, *id, program_of(*id, cwd));
+    if (!id || id->pid == 0) continue;
+    const bool known = listed(id->pid);
+    if (!known && (run.group <= 0 || id->group != run.group)) continue;
+    // The run's: read (the first core of a known process, when asked), and gone either way.
+    if (run.read && !read && known) {
+      auto section = core_stacks_section(cand.path, *id, program_of(*id, cwd));
+      if (!section) {
+        read = section.error();
+      } else {
+        std::ofstream file(out, std::ios::app);
+        file << *section << "\n";
+        read = file ? core::status() : core::status(core::errc::io_error, "cannot write " + out.string());
+      }
+    }
     cand.forget();
-    if (!section) return section.error();
-    std::ofstream file(out, std::ios::app);
-    file << *section << "\n";
-    if (!file) return core::status(core::errc::io_error, "cannot write " + out.string());
-    return {};
   }
-  return core::status(core::errc::not_found, "no core file of this run");
+  if (!run.read) return {};
+  return read ? *read : core::status(core::errc::not_found, "no core file of this run");
+}
+
+std::optional<fs::path> core_home(const fs::path& cwd) {
+  const std::string pattern = core_pattern_text();
+  // Only a plain relative name ("core", "core.%p") follows the process; a pipe, a socket, an
+  // absolute pattern or one with a directory part does not.
+  if (pattern.empty() || pattern[0] == '|' || pattern[0] == '@' || pattern.find('/') != std::string::npos) return std::nullopt;
+  std::error_code ec;
+  fs::path home = fs::weakly_canonical(cwd, ec);
+  if (ec || home.empty()) return std::nullopt;
+  return home;
+}
+
+core::status follow_cores(const fs::path& run_dir) {
+  auto uses_pid = detail::read_file("/proc/sys/kernel/core_uses_pid", 64);
+  // Only where every core of a directory has one name must a core be held as it appears.
+  const auto place = shared_core_name(core_pattern_text(), uses_pid && trimmed(*uses_pid) == "1", run_dir);
+  if (!place) return core::status(core::errc::not_found, "cores have names of their own");
+  return core_keeper::instance().follow(run_dir, place->filename().string());
+}
+
+std::vector<fs::path> recorded_directories(const fs::path& run_dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  const std::string prefix = agent::cwd_file_prefix;
+  for (fs::directory_iterator it(run_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || it->path().extension() == ".part") continue;
+    auto text = detail::read_file(it->path().string(), 4096);
+    if (!text || text->empty() || (*text)[0] != '/') continue;
+    const fs::path dir = trimmed(*text);
+    if (std::find(out.begin(), out.end(), dir) == out.end()) out.push_back(dir);
+  }
+  return out;
 }
 
 }  // namespace faultline::harness

@@ -27,12 +27,20 @@
 // run's core as RUN_DIR/core.PID, whatever the program's directory holds and however many runs
 // crash at once. Otherwise core_pattern names a file; where that is one name per directory
 // ("core"), keep_cores_apart() holds each new core open so that a later crash cannot take it
-// (core_keeper.h). Limits: a core_pattern that pipes cores to
-// another program (systemd-coredump, apport) leaves the harness nothing to read; so does a
-// program that changed its working directory when the pattern is relative, or RLIMIT_CORE's hard
-// limit of 0. A pattern without the pid ("core") names one file per directory: a core replaced
-// before the keeper opened it (microseconds) is lost, and a directory that holds a core/ folder
-// gets none; the pid inside the core is checked, so a run never takes another run's core.
+// (core_keeper.h). A relative pattern puts a core where the crashing process stands: the runner
+// tells the agent where it reads the run's cores (core_home()), and a process of the run that
+// stands anywhere else — a shell's `cd`, a bisect worktree — records where (cwd.PID, protocol.h),
+// which the keeper follows (follow_cores()) and the capture reads; no handler is installed, so
+// nothing changes at the crash. Every core of a run's processes (its pids, its process group) is taken
+// away once the run has ended, read or not (claim_cores()): a passing run's child that crashed on
+// purpose leaves no core behind. Limits: a core_pattern that pipes cores to another program
+// (systemd-coredump, apport) leaves the harness nothing to read; so does RLIMIT_CORE's hard limit
+// of 0, a program without the agent (--no-preload) that stands elsewhere, and a directory that
+// holds a core/ folder, where the kernel cannot write "core" at all (the harness's own directory:
+// capture falls back to none and says so). A pattern without
+// the pid ("core") names one file per directory: a core replaced before the keeper opened it
+// (microseconds) is lost; the pid inside the core is checked, so a run never takes another run's
+// core.
 //
 // Thread safety: capture_core may run for several runs at once.
 #pragma once
@@ -41,6 +49,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +73,43 @@ std::string enable_core_capture();
 /// pattern's directory is missing or not writable, or its fixed file name is a directory there
 /// ("./core" in a tree with a core/ folder); each message ends with core_handler_hint.
 std::string core_destination_problem(const std::filesystem::path& cwd);
+
+/// Where core_pattern is a plain name relative to the crashing process's working directory
+/// ("core", "core.%p"): `cwd` made canonical, the directory the runner gives the agent as the
+/// run's core home (FAULTLINE_AGENT_CORE_HOME, protocol.h): a process of the run that stands
+/// anywhere else records where (cwd.PID), and its core is looked for there. nullopt when cores do
+/// not follow the working directory (a pipe, a socket, an absolute pattern or one with a directory
+/// part).
+std::optional<std::filesystem::path> core_home(const std::filesystem::path& cwd);
+
+/// Where core_pattern gives every core of a directory one name: has the core keeper follow the
+/// records the agent leaves in `run_dir` (cwd.PID), so that each directory a process of the run
+/// moves to is watched as keep_cores_apart() watches the run's own (core_keeper::follow; call
+/// core_keeper::unfollow once the run has ended). Errors: not_found when cores have names of their
+/// own (nothing to follow); io_error when the directory cannot be watched.
+core::status follow_cores(const std::filesystem::path& run_dir);
+
+/// The directories the run's processes recorded in `run_dir` (cwd.PID, protocol.h), each once.
+std::vector<std::filesystem::path> recorded_directories(const std::filesystem::path& run_dir);
+
+/// A run's cores, as claim_cores() looks for them once the run has ended.
+struct run_cores {
+  std::vector<pid_t> pids;  ///< the run's processes known by pid (its tree, the agent's phase table)
+  pid_t group = 0;          ///< the run's process group (its leader's pid; 0: none): a core of any process in it is the run's
+  bool read = true;         ///< read the first core of a process in `pids` into `out`; false: only remove them
+  /// More of the run's pids, asked at most once and only when a core's owner is not known
+  /// otherwise (so that a run without a core pays nothing for them).
+  std::function<std::vector<pid_t>()> more_pids;
+};
+
+/// Every core the run's processes left (whose notes name a pid of `run.pids` or the process group
+/// `run.group`), wherever capture_core looks and in every directory the run's processes recorded
+/// (recorded_directories()): with `run.read`, the first core of a process in `run.pids` is read
+/// into `out` as capture_core does; read or not, each is removed (and let go by the keeper), so
+/// that no core of a run stays in the user's directory or held open. Cores of other processes
+/// are left alone. Errors (with `run.read` only): as capture_core.
+core::status claim_cores(const run_cores& run, const std::filesystem::path& cwd, const std::filesystem::path& run_dir,
+                         std::chrono::system_clock::time_point since, const std::filesystem::path& out);
 
 /// Where core_pattern gives every core of a process in `cwd` one file name ("core"), watches that
 /// directory so that each core written there is held open the moment it appears (core_keeper.h):

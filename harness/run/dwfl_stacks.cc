@@ -144,6 +144,7 @@ core::result<core_identity> identity_of(Elf* elf, const fs::path& path) {
         elf_prpsinfo ps{};
         std::memcpy(&ps, desc, sizeof ps);
         id.pid = ps.pr_pid;
+        id.group = ps.pr_pgrp;
         id.command = bounded_string(ps.pr_fname, sizeof ps.pr_fname);
         id.arguments = bounded_string(ps.pr_psargs, sizeof ps.pr_psargs);
       }

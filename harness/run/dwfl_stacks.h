@@ -55,6 +55,7 @@ struct dwfl_limits {
 /// What a core's notes say about the process it is of.
 struct core_identity {
   pid_t pid = 0;            ///< NT_PRPSINFO's pr_pid (the pid as the crashing process saw it)
+  pid_t group = 0;          ///< NT_PRPSINFO's pr_pgrp: the process group (a run's is its leader's pid)
   pid_t crashed_tid = 0;    ///< the first NT_PRSTATUS: the kernel writes the dumping thread first
   int signal = 0;           ///< that thread's pr_cursig: the signal that dumped the core
   std::string command;      ///< NT_PRPSINFO's pr_fname (the comm, at most 15 characters)

@@ -17,6 +17,7 @@
 
 #include "faults/engine.h"
 #include "harness/run/core_dump.h"
+#include "harness/run/core_keeper.h"
 #include "harness/run/output_capture.h"
 
 #include "faults/preload/phase_table.h"
@@ -213,6 +214,18 @@ struct run_context {
   fs::path crash_stacks;                 // the crash's stacks, once captured
   std::set<std::string> shm_before;      // /dev/shm's faultline entries before the run
   std::vector<pid_t> alive_at_deadline;  // a hang's live processes, before they were killed
+  // The core keeper holds what appears in the watched directory while this run may claim it.
+  struct keeper_run {
+    std::uint64_t ticket = 0;
+    fs::path followed;  // the run directory whose cwd.PID records the keeper follows
+    keeper_run() = default;
+    keeper_run(const keeper_run&) = delete;
+    keeper_run& operator=(const keeper_run&) = delete;
+    ~keeper_run() {
+      if (!followed.empty()) core_keeper::instance().unfollow(followed);
+      if (ticket != 0) core_keeper::instance().end_run(ticket);
+    }
+  } keeper;
 };
 
 run_report& spawn_failed(run_report& rep, std::string message) {
@@ -262,7 +275,18 @@ void arm_crash_capture(run_context& run, std::vector<std::string>& env) {
   run.capture = get_env(env, agent::crash_mode_env) ? crash_capture::none : resolve_crash_capture(run.rq.crash, nullptr, run.run_cwd);
   // Where every core of the run's directory gets one name, hold each new one open (core_keeper.h).
   // A run in its own directory (a scenario) has that name to itself.
-  if (run.capture == crash_capture::core && !run.rq.in_run_dir) (void)keep_cores_apart(run.run_cwd);
+  if (run.capture == crash_capture::core && !run.rq.in_run_dir) {
+    run.keeper.ticket = core_keeper::instance().begin_run();
+    (void)keep_cores_apart(run.run_cwd);
+  }
+  // Where a core falls relative to the crashing process, a process of the run that stands
+  // anywhere else says where (the agent's cwd.PID), and its directory is watched as this one.
+  if (run.capture == crash_capture::core) {
+    if (auto home = core_home(run.run_cwd)) {
+      set_env(env, agent::core_home_env, home->string());
+      if (!run.rq.in_run_dir && follow_cores(run.rq.run_dir)) run.keeper.followed = run.rq.run_dir;
+    }
+  }
   arm_agent_crash_mode(env, run.capture, run.channel);
 }
 
@@ -362,12 +386,23 @@ void end_exited_run(run_context& run, child& leader, process_tree& tree) {
   if (!survivors.empty()) run.rep.stuck_pids = tree.terminate(run.rq.grace);
 }
 
-// The kernel's core of the crashed process: every thread, frozen at the fault.
+// The kernel's core of the crashed process: every thread, frozen at the fault. Whatever the
+// verdict, every core a process of the run left goes: a child that crashed on purpose in a
+// passing run leaves no core in the user's directory, and the keeper holds none of it.
 void capture_crash_core(run_context& run, const process_tree& tree) {
+  if (run.capture != crash_capture::core) return;
   const auto& status = run.rep.evidence.wait_status;
-  if (run.capture != crash_capture::core || !run.crash_stacks.empty() || !status || !WIFSIGNALED(*status)) return;
+  run_cores cores;
+  cores.pids = tree.pids();
+  cores.more_pids = [&run] {  // the agent-carrying processes: a child seen by no rescan has a slot
+    std::vector<pid_t> out;
+    for (const auto& [pid, markers] : read_phases(run.rq.run_dir)) out.push_back(pid);
+    return out;
+  };
+  cores.group = run.rep.evidence.leader;  // started in a process group of its own
+  cores.read = run.crash_stacks.empty() && status && WIFSIGNALED(*status);
   const auto out = run.rq.run_dir / agent::crash_stacks_file;
-  if (capture_core(tree.pids(), run.run_cwd, run.rq.run_dir, run.rep.started, out)) run.crash_stacks = out;
+  if (claim_cores(cores, run.run_cwd, run.rq.run_dir, run.rep.started, out) && cores.read) run.crash_stacks = out;
 }
 
 // The faultline /dev/shm entries the run created and left: recorded in `ev` and removed.

@@ -43,9 +43,11 @@ scratch_dir::~scratch_dir() {
   fs::remove_all(path_, ec);
 }
 
-command_result run_faultline(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
-                             std::chrono::seconds timeout) {
-  std::vector<std::string> argv = {(bin_dir() / "faultline").string()};
+namespace {
+
+command_result run_faultline_argv(std::vector<std::string> argv, const std::vector<std::string>& args,
+                                  const std::map<std::string, std::string>& env, std::chrono::seconds timeout) {
+  argv.push_back((bin_dir() / "faultline").string());
   argv.insert(argv.end(), args.begin(), args.end());
   auto envp = current_environment();
   for (const auto& [k, v] : env) set_env(envp, k, v.empty() ? std::nullopt : std::optional<std::string>(v));
@@ -59,6 +61,28 @@ command_result run_faultline(const std::vector<std::string>& args, const std::ma
   if (WIFEXITED(r->status)) out.status = WEXITSTATUS(r->status);
   out.out = r->output;
   out.err = r->errors;
+  return out;
+}
+
+}  // namespace
+
+command_result run_faultline(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
+                             std::chrono::seconds timeout) {
+  return run_faultline_argv({}, args, env, timeout);
+}
+
+command_result run_faultline_in(const fs::path& dir, const std::vector<std::string>& args,
+                                const std::map<std::string, std::string>& env, std::chrono::seconds timeout) {
+  return run_faultline_argv({"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", dir.string()}, args, env, timeout);
+}
+
+std::vector<fs::path> core_files_under(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if ((name == "core" || name.rfind("core.", 0) == 0) && it->is_regular_file(ec)) out.push_back(it->path());
+  }
   return out;
 }
 

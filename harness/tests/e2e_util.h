@@ -43,6 +43,14 @@ struct command_result {
 command_result run_faultline(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {},
                              std::chrono::seconds timeout = std::chrono::seconds(120));
 
+/// run_faultline with `dir` as faultline's working directory (where `exec` runs a command).
+command_result run_faultline_in(const std::filesystem::path& dir, const std::vector<std::string>& args,
+                                const std::map<std::string, std::string>& env = {},
+                                std::chrono::seconds timeout = std::chrono::seconds(120));
+
+/// The regular files named `core` or `core.*` under `dir` (at any depth): cores left behind.
+std::vector<std::filesystem::path> core_files_under(const std::filesystem::path& dir);
+
 /// Waits up to `wait` for FILE to exist, then reads "label PID" lines.
 std::map<std::string, pid_t> read_pid_file(const std::filesystem::path& file,
                                            std::chrono::milliseconds wait = std::chrono::milliseconds(0));

@@ -310,8 +310,14 @@ core::result<bisect_result> run_bisect(const bisect_options& o) {
   }
   // A folder of its own, held while the bisect writes into it: a campaign there would be read
   // back with the bisect's samples, and a second bisect would replace its bisect.json.
-  auto out_lock = out_dir_lock::acquire(o.out_dir);  // creates the folder
-  if (!out_lock) return out_lock.error();
+  std::error_code exists_ec;
+  const bool out_existed = fs::exists(o.out_dir, exists_ec);
+  std::optional<out_dir_lock> out_lock;
+  if (auto l = out_dir_lock::acquire(o.out_dir); l) {  // creates the folder
+    out_lock.emplace(std::move(*l));
+  } else {
+    return l.error();
+  }
   auto held = find_recorded_campaign(o.out_dir);
   if (!held) return held.error();
   if (held->any())
@@ -320,7 +326,13 @@ core::result<bisect_result> run_bisect(const bisect_options& o) {
   bisector b{o, worktrees(o.repo), sampler(o.run_settings, o.out_dir / "samples"), {}, {}, {}};
   b.r.commits = commits.size();
   auto ends = b.prepare_endpoints(revs->first, revs->second);
-  if (!ends) return ends.error();
+  if (!ends) {
+    // Refused before any run: a folder made for it goes again, as if never asked for.
+    out_lock.reset();
+    std::error_code ec;
+    if (!out_existed) fs::remove_all(o.out_dir, ec);
+    return ends.error();
+  }
   if (auto s = b.endpoints(std::move(*ends)); !s) return s;
   if (!b.r.problem.empty() || b.cancelled()) {
     b.r.interrupted = b.cancelled();

@@ -14,6 +14,7 @@
 
 #include "faults/spec.h"
 #include "harness/detail/sys.h"
+#include "harness/run/core_dump.h"
 #include "harness/run/process.h"
 #include "harness/tests/e2e_util.h"
 
@@ -219,6 +220,33 @@ TEST_F(bisect_e2e, skips_a_commit_where_the_program_cannot_be_run) {
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("first bad commit: " + c[5]), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(c[3].substr(0, 12) + " skip: the command cannot be run: ./crash.sh: no such file"), std::string::npos) << r.out;
+}
+
+TEST_F(bisect_e2e, counts_crashes_by_the_signature_read_from_cores_the_worktrees_hold) {
+  // Issue 38: every run under bisect stands in its worktree (`cd WT && exec CMD`), not where
+  // faultline was started: its core was looked for in the wrong directory and left in the
+  // worktree, so a --signature never matched ("cannot bisect"). Faultline runs in a directory of
+  // its own here (no core/ folder), with the default crash capture.
+  if (auto why = enable_core_capture(); !why.empty()) GTEST_SKIP() << "no core capture here: " << why;
+  if (!core_home(dir_.path())) GTEST_SKIP() << "core_pattern does not name a file relative to the crashing process";
+  std::vector<std::string> c;
+  for (int i = 1; i <= 8; ++i) {
+    std::ofstream f(repo() / "crash.sh", std::ios::trunc);
+    f << "#!/bin/sh\n# version " << i << "\nRATE=" << (i >= 6 ? 3 : 0) << "\nif [ $((FAULTLINE_SEED % 10)) -lt $RATE ]; then exec "
+      << program("fl_testdata_crash_in_work").string() << "; fi\nexit 0\n";
+    f.close();
+    fs::permissions(repo() / "crash.sh", fs::perms::owner_all, fs::perm_options::add);
+    git({"add", "crash.sh"});
+    git({"commit", "-q", "-m", "commit " + std::to_string(i)});
+    c.push_back(git({"rev-parse", "HEAD"}));
+  }
+  auto r = testing::run_faultline_in(dir_.path(), {"bisect", "--repo", repo().string(), "--runs", "30", "--alpha", "0.05", "--seed",
+                                                   "0", "--signature", "crash_in_work_frame", "--out",
+                                                   (dir_.path() / "bisect").string(), "--good", c[0], "--bad", c[7], "--",
+                                                   "./crash.sh"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("first bad commit: " + c[5] + "  commit 6"), std::string::npos) << r.out;
+  EXPECT_EQ(testing::core_files_under(dir_.path()), std::vector<fs::path>{}) << "cores left behind";
 }
 
 TEST_F(bisect_e2e, endpoints_that_do_not_differ_are_said_so) {
