@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,7 +24,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -181,6 +184,13 @@ class core_handler_e2e : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root: the tests write /proc/sys/kernel/core_pattern";
+    // core_pattern is the machine's: two copies of this suite at once (two CI jobs, a hunt at
+    // --jobs 2) took turns on it per test, and one restored the other's pattern as "the original"
+    // (3 of 60 runs failed so). Each test holds this lock, machine-wide, from reading the pattern to
+    // putting it back; CTest's RESOURCE_LOCK orders it against the other tests that crash.
+    lock_fd_ = ::open("/tmp/faultline-core-pattern.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_GE(lock_fd_, 0) << "/tmp/faultline-core-pattern.lock: " << std::strerror(errno);
+    while (::flock(lock_fd_, LOCK_EX) != 0) ASSERT_EQ(errno, EINTR) << std::strerror(errno);
     original_ = pattern_now();
     if (::access(core_pattern_path, W_OK) != 0 || !write_pattern(original_))
       GTEST_SKIP() << "/proc/sys/kernel/core_pattern is not writable here (in a container /proc/sys is often read-only)";
@@ -194,6 +204,7 @@ class core_handler_e2e : public ::testing::Test {
     if (restore_) {
       EXPECT_TRUE(write_pattern(original_)) << "core_pattern could not be restored to " << original_;
     }
+    if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
   }
 
   // Installs the built handler over `previous`.
@@ -209,6 +220,7 @@ class core_handler_e2e : public ::testing::Test {
 
   std::string original_;
   bool restore_ = false;
+  int lock_fd_ = -1;
 };
 
 TEST_F(core_handler_e2e, a_runs_core_lands_in_its_run_directory_even_beside_a_core_folder) {
