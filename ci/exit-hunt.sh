@@ -95,6 +95,7 @@ if [ -z "$out" ]; then
   keep_out=0
 fi
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # each command runs from a folder of its own inside it
 
 # The hunt runs as CI runs the tests, but with nothing of CI's own diagnostics in the processes:
 # the crash-stack handler of the test main perturbs exit races (faultline reads cores instead).

@@ -255,7 +255,12 @@ TEST(nccl_points_exec, a_killed_rank_is_named_with_its_signal_and_the_other_wher
   const std::string out_dir = dir.sub("out");
   const std::string text = exec_campaign("nccl/ncclAllReduce@rank=1=4*off->kill", "20s", out_dir);
   EXPECT_NE(text.find("1 dead (SIGKILL at nccl/ncclAllReduce #5)"), std::string::npos) << text;
-  EXPECT_NE(text.find("0 dead (gone inside ncclAllReduce #5)"), std::string::npos) << text;
+  // Rank 0 is ended once rank 1 is gone: inside the collective rank 1 died at (#5), or still inside
+  // the one before (#4), which it had not yet returned from. Both are where it was; the hunt saw
+  // #4 in 2 of 30 runs at --jobs 2, which a test of #5 alone failed.
+  const bool at_5 = text.find("0 dead (gone inside ncclAllReduce #5)") != std::string::npos;
+  const bool at_4 = text.find("0 dead (gone inside ncclAllReduce #4)") != std::string::npos;
+  EXPECT_TRUE(at_5 || at_4) << text;
 }
 
 // The command refuses what the agent could not do, before anything runs.

@@ -309,29 +309,10 @@ std::vector<std::string> sweep_new_shm(const std::vector<std::string>& before) {
   for (const auto& name : faultline_shm_entries()) {
     if (!std::binary_search(before.begin(), before.end(), name)) fresh.push_back(name);
   }
-  if (fresh.empty()) return fresh;
   // Every run has ended, so a process that holds a new entry is not one of ours: a test or
   // campaign beside this one (two CI jobs on one machine, CTest's tests side by side). Its entry
-  // is neither removed nor counted against these runs. One unheld now may be caught between its
-  // holder's end and its removal: it is the runs' only if it is still there, still unheld, a
-  // moment later (as the runner decides for a single run).
-  std::set<std::string> others = shm_held_by_others(fresh);
-  if (others.size() < fresh.size()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const auto now = faultline_shm_entries();
-    for (const auto& name : fresh) {
-      if (!std::binary_search(now.begin(), now.end(), name)) others.insert(name);
-    }
-    for (const auto& name : shm_held_by_others(fresh)) others.insert(name);
-  }
-  std::vector<std::string> swept;
-  for (const auto& name : fresh) {
-    if (others.count(name)) continue;
-    swept.push_back(name);
-    std::error_code ec;
-    fs::remove(fs::path("/dev/shm") / name, ec);
-  }
-  return swept;
+  // is neither removed nor counted against these runs.
+  return remove_shm_left_by_runs(fresh);
 }
 
 // A campaign's warnings: each kept for its result and given to `out` (campaign_options::warn),

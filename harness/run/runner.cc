@@ -200,6 +200,27 @@ std::set<std::string> shm_held_by_others(const std::vector<std::string>& names) 
   return held;
 }
 
+std::vector<std::string> remove_shm_left_by_runs(const std::vector<std::string>& fresh) {
+  if (fresh.empty()) return {};
+  std::set<std::string> others = shm_held_by_others(fresh);
+  if (others.size() < fresh.size()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto now = faultline_shm_entries();
+    for (const auto& name : fresh) {
+      if (!std::binary_search(now.begin(), now.end(), name)) others.insert(name);
+    }
+    for (const auto& name : shm_held_by_others(fresh)) others.insert(name);
+  }
+  std::vector<std::string> left;
+  for (const auto& name : fresh) {
+    if (others.count(name)) continue;
+    left.push_back(name);
+    std::error_code ec;
+    fs::remove(fs::path("/dev/shm") / name, ec);
+  }
+  return left;
+}
+
 namespace {
 
 // What one run holds from its preparation to its verdict, beyond any single step.
@@ -405,30 +426,14 @@ void capture_crash_core(run_context& run, const process_tree& tree) {
   if (claim_cores(cores, run.run_cwd, run.rq.run_dir, run.rep.started, out) && cores.read) run.crash_stacks = out;
 }
 
-// The faultline /dev/shm entries the run created and left: recorded in `ev` and removed.
+// The faultline /dev/shm entries the run created and left: recorded in `ev` and removed (the next
+// run must not inherit them).
 void collect_leaked_shm(const std::set<std::string>& before, run_evidence& ev) {
   std::vector<std::string> fresh;
   for (const auto& name : faultline_shm_entries()) {
     if (!before.count(name)) fresh.push_back(name);
   }
-  std::set<std::string> others = shm_held_by_others(fresh);
-  if (others.size() < fresh.size()) {
-    // An entry of someone else on the machine (a test or campaign beside this one) can be
-    // caught between its holder's end and its removal: one still there, and still unheld,
-    // a moment later is the run's.
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const auto now = faultline_shm_entries();
-    for (const auto& name : fresh) {
-      if (!std::binary_search(now.begin(), now.end(), name)) others.insert(name);
-    }
-    for (const auto& name : shm_held_by_others(fresh)) others.insert(name);
-  }
-  for (const auto& name : fresh) {
-    if (others.count(name)) continue;
-    ev.leaked_shm.push_back(name);
-    std::error_code ec;
-    fs::remove(fs::path("/dev/shm") / name, ec);  // the next run must not inherit it
-  }
+  for (auto& name : remove_shm_left_by_runs(fresh)) ev.leaked_shm.push_back(std::move(name));
 }
 
 // A distributed run's ranks, from the nccl.PID files its processes left (none: nothing is

@@ -120,4 +120,10 @@ std::vector<std::string> faultline_shm_entries();
 /// mapped: another campaign's or test's objects, neither a run's leak nor this harness's to remove.
 std::set<std::string> shm_held_by_others(const std::vector<std::string>& names);
 
+/// Of /dev/shm entries `fresh` that appeared while runs ran (which have all ended), those left by
+/// the runs: unheld by any other live process, and still there and unheld 100 ms later (an entry
+/// of someone else on the machine, a test or campaign beside this one, can be caught between its
+/// holder's end and its removal). Removes them. In the order of `fresh`.
+std::vector<std::string> remove_shm_left_by_runs(const std::vector<std::string>& fresh);
+
 }  // namespace faultline::harness
