@@ -686,7 +686,16 @@ void dump_handler(int sig, siginfo_t* info, void* context) {
   errno = saved_errno;
 }
 
+// The pid of the process whose agent state this is (set at install, and again in a forked
+// child). A child made by vfork() or clone(CLONE_VM) shares this memory without a fork handler
+// (GoogleTest's death tests chdir() in one, on a stack of a page or two, before they exec): there
+// the raw getpid() differs, and the agent must do nothing.
+std::atomic<long> agent_pid{0};
+
+bool in_agent_process() noexcept { return ::syscall(SYS_getpid) == agent_pid.load(std::memory_order_relaxed); }
+
 void after_fork_in_child() {
+  agent_pid.store(::syscall(SYS_getpid), std::memory_order_relaxed);
   // The child has only the forking thread; state owned by the parent's other threads is void.
   crash_owner.store(0);
   dump_active.store(false);
@@ -842,6 +851,7 @@ install_result install_once() noexcept {
   prepare_thread();  // without an alternate stack the handlers still run, on the thread's stack
   if (int error = install_signal_handlers(); error != 0) return {install_status::failed, error};
   read_core_home();
+  agent_pid.store(::syscall(SYS_getpid), std::memory_order_relaxed);
   place_core();
   ::pthread_atfork(nullptr, nullptr, &after_fork_in_child);
 
@@ -923,7 +933,9 @@ bool prepare_thread() noexcept {
 }
 
 void working_directory_changed() noexcept {
-  if (installed()) place_core();
+  // Not in a vfork()/CLONE_VM child: place_core() wants kilobytes of stack and writes this
+  // memory, which is the parent's there (a death test's child died of SIGSEGV in it).
+  if (installed() && in_agent_process()) place_core();
 }
 
 void release_thread() noexcept {

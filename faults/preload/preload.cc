@@ -23,6 +23,7 @@
 // exported (preload.map), so a program that also links the agent statically keeps its own copy
 // distinct from this one.
 #include <dlfcn.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -185,29 +186,23 @@ extern "C" [[gnu::visibility("default")]] void exit(int status) noexcept {
 // The working directory decides where a relative core_pattern puts a core: the agent records
 // where a process that left its run's core home stands (agent.h, working_directory_changed).
 extern "C" [[gnu::visibility("default")]] int chdir(const char* path) noexcept {
-  using chdir_fn = int (*)(const char*);
-  static chdir_fn next = nullptr;
-  if (next == nullptr) next = reinterpret_cast<chdir_fn>(faultline::agent::detail::next_symbol("chdir"));
-  if (next == nullptr) die("chdir");
-  const int result = next(path);
+  // The system call itself, not libc's next chdir: no symbol lookup (dlsym wants more stack than a
+  // vfork()/CLONE_VM child may have, and the first chdir can be made in one).
+  const long result = ::syscall(SYS_chdir, path);
   if (result == 0) {
     const int saved_errno = errno;
     faultline::agent::working_directory_changed();
     errno = saved_errno;
   }
-  return result;
+  return static_cast<int>(result);
 }
 
 extern "C" [[gnu::visibility("default")]] int fchdir(int fd) noexcept {
-  using fchdir_fn = int (*)(int);
-  static fchdir_fn next = nullptr;
-  if (next == nullptr) next = reinterpret_cast<fchdir_fn>(faultline::agent::detail::next_symbol("fchdir"));
-  if (next == nullptr) die("fchdir");
-  const int result = next(fd);
+  const long result = ::syscall(SYS_fchdir, fd);
   if (result == 0) {
     const int saved_errno = errno;
     faultline::agent::working_directory_changed();
     errno = saved_errno;
   }
-  return result;
+  return static_cast<int>(result);
 }
