@@ -8,6 +8,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "faults/preload/agent.h"
 #include "faults/preload/detail/next_symbol.h"
 #include "faults/preload/detail/plan_table.h"
+#include "faults/preload/detail/sys.h"
 #include "faults/preload/detail/text.h"
 #include "faults/preload/preload_points.h"
 
@@ -67,7 +69,46 @@ int hit(const char* point, const char* const* programs) noexcept {
   return 0;
 }
 
-void process_start() noexcept { (void)hit("process/start", self_names); }
+// process/start's N* counts are the run's: each process reaches the point once, so a count kept
+// per process could never be spent ("1*off->stop" would never stop). A claim is one byte appended
+// to RUN_DIR/start-count.HASH.TERM: the offset our own write ends at is this claim's place among
+// every process's, whatever their order (an O_APPEND write moves the end and our offset as one).
+bool claim_run_count(const char* pattern, std::size_t term, std::uint64_t limit) noexcept {
+  const char* dir = faultline::agent::run_dir();
+  if (dir == nullptr) return false;
+  std::uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a of the item's name as written
+  for (const char* c = pattern; *c != '\0'; ++c) hash = (hash ^ static_cast<unsigned char>(*c)) * 0x100000001b3ull;
+  char path[PATH_MAX];
+  const std::size_t n = ::strnlen(dir, PATH_MAX);
+  static constexpr char name[] = "/start-count.";
+  if (n + sizeof name + 16 + 4 > sizeof path) return false;
+  ::memcpy(path, dir, n);
+  char* at = path + n;
+  ::memcpy(at, name, sizeof name - 1);
+  at += sizeof name - 1;
+  for (int shift = 60; shift >= 0; shift -= 4) *at++ = "0123456789abcdef"[(hash >> shift) & 0xf];
+  *at++ = '.';
+  *at++ = static_cast<char>('0' + term % 10);
+  *at = '\0';
+  namespace sys = faultline::agent::detail::sys;
+  const int fd = sys::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  const char one = '+';
+  off_t place = -1;
+  if (sys::write(fd, &one, 1) == 1) place = sys::lseek(fd, 0, SEEK_CUR);
+  (void)sys::close(fd);
+  return place > 0 && static_cast<std::uint64_t>(place) <= limit;
+}
+
+void process_start() noexcept {
+  const int item = items.find(spec_copy, "process/start", self_names);
+  if (item < 0) return;
+  const bool run_wide = faultline::agent::run_dir() != nullptr;
+  const detail::point_term t = items.hit(item, &faultline::agent::preload::draw,
+                                         &faultline::agent::preload::record_reached,
+                                         run_wide ? &claim_run_count : nullptr);
+  faultline::agent::preload::act(t, "process/start");
+}
 
 using fork_fn = pid_t (*)();
 fork_fn real_fork = nullptr;

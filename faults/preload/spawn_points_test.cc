@@ -73,6 +73,20 @@ TEST(spawn_points, process_start_acts_in_each_new_process_before_main) {
   EXPECT_GE(e.took, 300ms);
 }
 
+// Each process reaches process/start once, so its N* counts are the run's: "the first two
+// processes of the run go on, every later one is killed", whichever process starts which.
+TEST(spawn_points, process_start_counts_are_kept_across_the_runs_processes) {
+  testing::preload_runner r(preload_library);
+  auto f = r.run("process/start=2*off->kill", {child_program, "spawn", "true", "spawn", "true", "spawn", "true"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "spawn rc=0 status=0\nspawn rc=0 status=137\nspawn rc=0 status=137\n");
+  // With a filter, only the processes it names count: the program itself is not `true`.
+  testing::preload_runner g(preload_library);
+  auto t = g.run("process/start@true=1*off->kill", {child_program, "spawn", "true", "spawn", "true"});
+  ASSERT_TRUE(exited_0(t)) << t.err;
+  EXPECT_EQ(t.out, "spawn rc=0 status=0\nspawn rc=0 status=137\n");
+}
+
 // Python's multiprocessing children, each start method: the child's start is delayed; the parent
 // joins it with a timeout and reports whether it finished.
 TEST(spawn_points, python_multiprocessing_children_are_reached_with_every_start_method) {

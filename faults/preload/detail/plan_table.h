@@ -34,13 +34,15 @@ class plan_table {
 
   /// One hit of item `item`: records it reached the first time (through `record`), evaluates its
   /// chain once and returns the term that fires (action off when none).
-  point_term hit(int item, std::uint64_t (*draw)(), void (*record)(const char*) noexcept) noexcept {
+  /// With `claim`, the item's N* counts are the run's (evaluate_plan's claim), not this process's.
+  point_term hit(int item, std::uint64_t (*draw)(), void (*record)(const char*) noexcept,
+                 run_count_claim claim = nullptr) noexcept {
     entry& e = items_[item];
     if (!e.reached.load(std::memory_order_relaxed) && !e.reached.exchange(true, std::memory_order_relaxed)) {
       record(e.plan.pattern);
     }
     guard g(busy_);
-    return evaluate_plan(e.plan, draw);
+    return evaluate_plan(e.plan, draw, claim);
   }
 
  private:

@@ -298,20 +298,30 @@ void plan_point(const char* spec, const char* point, point_plan& plan, const cha
   plan.enabled = count > 0;
 }
 
-point_term evaluate_plan(point_plan& plan, std::uint64_t (*draw)()) noexcept {
+point_term evaluate_plan(point_plan& plan, std::uint64_t (*draw)(), run_count_claim claim) noexcept {
   for (std::size_t i = 0; i < plan.term_count; ++i) {
     point_term& t = plan.terms[i];
-    if (t.limited && t.remaining == 0) continue;
+    if (t.limited && claim == nullptr && t.remaining == 0) continue;
     if (t.probability_ppb < 1'000'000'000) {
       // The top 53 bits as a fraction of one, against the chance in parts per billion, as the
       // fault engine draws (faults/engine.cc).
       const double unit = static_cast<double>(draw() >> 11) * 0x1.0p-53;
       if (!(unit * 1e9 < static_cast<double>(t.probability_ppb))) continue;
     }
-    if (t.limited) --t.remaining;
+    if (t.limited) {
+      if (claim != nullptr) {
+        if (!claim(plan.pattern, i, t.remaining)) continue;
+      } else {
+        --t.remaining;
+      }
+    }
     return t;
   }
   return point_term{};
+}
+
+point_term evaluate_plan(point_plan& plan, std::uint64_t (*draw)()) noexcept {
+  return evaluate_plan(plan, draw, nullptr);
 }
 
 bool parse_seed_text(const char* text, std::uint64_t& out) noexcept {

@@ -83,6 +83,14 @@ void for_each_item(const char* spec, F&& fn) noexcept {
 /// random value. Returns the action that fires (`off` when none).
 point_term evaluate_plan(point_plan& plan, std::uint64_t (*draw)()) noexcept;
 
+/// Claims one of the `limit` fires of term `term` of the item `pattern` among every process of
+/// the run; true when one was left. What makes an N* count run-wide (process/start's).
+using run_count_claim = bool (*)(const char* pattern, std::size_t term, std::uint64_t limit) noexcept;
+
+/// evaluate_plan with the N* counts kept by `claim` across the run's processes instead of in
+/// `plan`: a limited term that passes its draw fires only when `claim` grants it a count.
+point_term evaluate_plan(point_plan& plan, std::uint64_t (*draw)(), run_count_claim claim) noexcept;
+
 /// Parses a FAULTLINE_SEED value (decimal, or 0x hex) into `out`; false when malformed.
 bool parse_seed_text(const char* text, std::uint64_t& out) noexcept;
 

@@ -90,6 +90,14 @@ inline int close(int fd) noexcept {
 #endif
 }
 
+inline off_t lseek(int fd, off_t offset, int whence) noexcept {
+#if FAULTLINE_SYS_THROUGH_LIBC
+  return ::lseek(fd, offset, whence);
+#else
+  return static_cast<off_t>(::syscall(SYS_lseek, fd, offset, whence));
+#endif
+}
+
 inline int ftruncate(int fd, off_t bytes) noexcept {
 #if FAULTLINE_SYS_THROUGH_LIBC
   return ::ftruncate(fd, bytes);
