@@ -36,11 +36,11 @@
 #
 # Options:
 #   --faultline BIN    faultline (default: $FAULTLINE_BIN, else build/bin/faultline)
-#   --python PY        the interpreter (default: python3); with --wheels, a venv over it
-#   --wheels DIR       install DIR/*.whl (no index, no dependencies) into a venv made with
-#                      --system-site-packages in OUT/venv: the releases the trees were tested
-#                      with (cuda-core 1.0.1, cuda-bindings 13.2.0, cuda-pathfinder 1.5.4,
-#                      pytest-rerunfailures) over what the machine has
+#   --python PY        the interpreter (default: python3)
+#   --wheels DIR       install DIR/*.whl (no index, no dependencies) into OUT/site, put first on
+#                      PYTHONPATH: the releases the trees were tested with (cuda-core 1.0.1,
+#                      cuda-bindings 13.2.0, cuda-pathfinder 1.5.4, pytest-rerunfailures, py-spy)
+#                      over what the machine has
 #   --runs N           runs of each fault spec per tree (default 20)
 #   --clean-runs N     runs without a fault per tree (default 2)
 #   --jobs J           runs at once in a fault campaign (default: N); clean ones run at 4
@@ -151,10 +151,11 @@ done
 
 py=$python
 if [ -n "$wheels" ] && ((dry == 0)); then
-  "$python" -m venv --system-site-packages "$out/venv"
-  "$out/venv/bin/python" -m pip install -q --no-index --no-deps "$wheels"/*.whl
-  py=$out/venv/bin/python
-  export PATH=$out/venv/bin:$PATH  # py-spy, where a wheel brought it: hung Python processes' own frames
+  # A folder first on PYTHONPATH rather than a venv: the machine's pytest and numpy may live where
+  # a venv does not see them (a user site, another prefix), and the wheels must win over its own.
+  "$python" -m pip install -q --target "$out/site" --no-index --no-deps "$wheels"/*.whl
+  export PYTHONPATH=$out/site${PYTHONPATH:+:$PYTHONPATH}
+  export PATH=$out/site/bin:$PATH  # py-spy, where a wheel brought it: hung Python processes' own frames
 fi
 if ((dry == 0)); then
   export PYTHONDONTWRITEBYTECODE=1
@@ -165,7 +166,8 @@ if ((dry == 0)); then
     "$py" -c 'import importlib.metadata as m
 for d in ("cuda-core", "cuda-bindings", "cuda-pathfinder", "pytest", "pytest-timeout", "pytest-rerunfailures", "py-spy", "numpy"):
     try: print(d, m.version(d))
-    except m.PackageNotFoundError: print(d, "absent")' 2>&1
+    except m.PackageNotFoundError: print(d, "absent")
+import cuda.core, pytest; print("cuda.core from", cuda.core.__file__, "; pytest from", pytest.__file__)' 2>&1
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1
   } >"$out/machine.txt"
   cat "$out/machine.txt"

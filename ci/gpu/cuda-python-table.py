@@ -39,28 +39,57 @@ def load(folder: Path):
     return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
 
 
+SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+(?:, )?)+) in [0-9.]+s")
+
+
+def pytest_summary(folder: Path, run) -> dict:
+    """The counts of pytest's last summary line in the run's log ({"failed": 1, "passed": 2}),
+    empty when the session printed none (it never ran its tests, or was ended first)."""
+    log = folder / run["log"] if run.get("log") else None
+    if log is None or not log.is_file():
+        return {}
+    counts = {}
+    for line in log.read_text(errors="replace").splitlines():
+        m = SUMMARY.match(line.strip())
+        if m:
+            counts = {}
+            for part in m.group(1).split(", "):
+                n, word = part.split(" ", 1)
+                counts[word.rstrip("s") if word in ("errors", "warnings") else word] = int(n)
+    return counts
+
+
 def left_behind(run) -> bool:
     return bool(run.get("leaked_pids")) or run.get("outcome") == "leak"
 
 
-def judge(tree: str, spec: str, runs, timeout_s: float):
-    """(verdict text, whether it meets the issue's requirement)."""
+def judge(tree: str, spec: str, folder: Path, runs, timeout_s: float):
+    """(verdict text, whether it meets the issue's requirement). A run counts only when its
+    session ran the tests (pytest printed its summary) or hung; an exit before that (a missing
+    module, a refused option) is never a catch nor a clean failure."""
     n = len(runs)
+    summaries = [pytest_summary(folder, r) for r in runs]
     if spec == "none":
-        ok = all(r["outcome"] == "pass" for r in runs)
+        ok = all(r["outcome"] == "pass" and (s.get("passed") or s.get("skipped")) and not s.get("failed")
+                 for r, s in zip(runs, summaries))
         return ("green" if ok else "NOT green"), ok
     if tree == "pre":
-        # Through the driver the points act in the tests' processes, not under exec's spec: its
-        # report names them in the failing test's output instead of the run's "injected" flag.
+        # A hang, or a failed test in a session where a point acted (through the driver the
+        # points act in the tests' processes, which its report names, not under exec's spec).
         driver = spec.startswith("driver-")
-        caught = sum(1 for r in runs if r["outcome"] == "hang"
-                     or (r["outcome"] in ("fail", "crash") and (r.get("injected") or driver)))
+        caught = sum(1 for r, s in zip(runs, summaries) if r["outcome"] == "hang"
+                     or (r["outcome"] == "fail" and s.get("failed") and (r.get("points_reached") or driver)))
         ok = n >= MIN_RUNS and caught >= CAUGHT_RATE * n
         return f"caught {caught}/{n} ({100.0 * caught / n:.0f}%)", ok
-    clean = sum(1 for r in runs if r["outcome"] == "fail" and not left_behind(r)
-                and r.get("duration_ms", 0) < timeout_s * 1000)
+    clean = sum(1 for r, s in zip(runs, summaries) if r["outcome"] == "fail" and s.get("failed")
+                and not left_behind(r) and r.get("duration_ms", 0) < timeout_s * 1000)
     ok = clean == n
     return f"clean failure {clean}/{n}", ok
+
+
+def session_summary(folder: Path, runs) -> str:
+    s = pytest_summary(folder, runs[0])
+    return ", ".join(f"{v} {k}" for k, v in s.items()) if s else "none printed"
 
 
 def outcomes(runs) -> str:
@@ -96,8 +125,8 @@ def stacks_of(folder: Path, runs) -> str:
 
 def table(out: Path, timeout_s: float) -> str:
     camp = out / "campaigns"
-    lines = ["| tree | spec | faults | runs | outcomes | points reached | left behind | median s | verdict | meets | signature |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| tree | spec | faults | runs | outcomes | first run's pytest summary | points reached | left behind | median s | verdict | meets | signature |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     stacks = []
     failed = []
     for spec in SPECS:
@@ -106,10 +135,11 @@ def table(out: Path, timeout_s: float) -> str:
             if runs is None:
                 continue
             if not runs:
-                lines.append(f"| {tree} | {spec} | | 0 | no runs recorded | | | | | no | |")
+                lines.append(f"| {tree} | {spec} | | 0 | no runs recorded | | | | | | no | |")
                 failed.append(f"{tree} {spec}")
                 continue
-            verdict, ok = judge(tree, spec, runs, timeout_s)
+            folder = camp / f"{tree}-{spec}"
+            verdict, ok = judge(tree, spec, folder, runs, timeout_s)
             if not ok:
                 failed.append(f"{tree} {spec}: {verdict}")
             faults = (runs[0].get("faults") or "").replace("|", "\\|")
@@ -119,7 +149,7 @@ def table(out: Path, timeout_s: float) -> str:
             reached = sum(1 for r in runs if r.get("points_reached"))
             behind = sum(1 for r in runs if left_behind(r))
             median = statistics.median(r.get("duration_ms", 0) for r in runs) / 1000
-            lines.append(f"| {tree} | {spec} | `{faults}` | {len(runs)} | {outcomes(runs)} | "
+            lines.append(f"| {tree} | {spec} | `{faults}` | {len(runs)} | {outcomes(runs)} | {session_summary(folder, runs)} | "
                          f"{reached if faults else '-'} | {behind} | {median:.0f} | {verdict} | "
                          f"{'yes' if ok else 'NO'} | {first_signature(runs)} |")
             s = stacks_of(camp / f"{tree}-{spec}", runs)
