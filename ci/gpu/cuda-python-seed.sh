@@ -47,7 +47,8 @@
 #   --timeout DUR      outer timeout of a run (default 100s: past the post tree's 60 s guard)
 #   --delay DUR        start-delay's delay (default 150s: past the outer timeout)
 #   --select ARGS      pytest's test selection (default: the IPC test with one spawned child,
-#                      tests/memory_ipc/test_memory_ipc.py::TestIpcMempool)
+#                      tests/memory_ipc/test_memory_ipc.py::TestIpcMempool::test_main[DeviceMR]:
+#                      its parameter PinnedMR repeats it with pinned host memory)
 #   --reruns           keep pytest-rerunfailures on in fault runs (default off there: its two
 #                      reruns of a failing test triple a run's length and say nothing more)
 #   --specs LIST       comma-separated spec names (default: all, none first)
@@ -63,7 +64,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; ex
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 faultline=${FAULTLINE_BIN:-$repo/build/bin/faultline}
 python=python3 wheels='' runs=20 clean_runs=2 jobs='' timeout=100s delay=150s reruns=0 dry=0
-select_args="tests/memory_ipc/test_memory_ipc.py::TestIpcMempool"
+select_args="tests/memory_ipc/test_memory_ipc.py::TestIpcMempool::test_main[DeviceMR]"
 specs_wanted="none,start-stop,start-delay,import-stop,import-kill,driver-start-stop" trees_wanted="pre,post"
 positional=()
 while (($#)); do
