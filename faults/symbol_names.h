@@ -9,7 +9,8 @@
 //   faults::clone_base("take_slot.isra.0");        // "take_slot"
 //   faults::is_cold_part("take_slot.isra.0.cold"); // true: not an entry of the function
 //
-// Header only, allocation-free (the preloaded agents read it inside a user's process).
+// Header only, allocation-free, and no std::string_view member that can throw (substr): the
+// preloaded agents read it inside a user's process without libstdc++.
 #pragma once
 
 #include <string_view>
@@ -26,7 +27,7 @@ constexpr std::string_view clone_base(std::string_view symbol) noexcept {
   while (end > 0) {
     const std::size_t dot = symbol.rfind('.', end - 1);
     if (dot == std::string_view::npos || dot == 0) break;
-    const std::string_view part = symbol.substr(dot + 1, end - dot - 1);
+    const std::string_view part(symbol.data() + dot + 1, end - dot - 1);
     bool number = !part.empty();
     for (char c : part) number = number && c >= '0' && c <= '9';
     bool marker = false;
@@ -35,7 +36,7 @@ constexpr std::string_view clone_base(std::string_view symbol) noexcept {
     if (marker) confirmed = dot;  // a number counts only with a marker before it ("v.2" is a name)
     end = dot;
   }
-  return symbol.substr(0, confirmed);
+  return std::string_view(symbol.data(), confirmed);
 }
 
 /// Whether `symbol` is a clone of `function` (clone_base(symbol) == function), or `function`
@@ -48,7 +49,8 @@ constexpr bool names_function(std::string_view symbol, std::string_view function
 /// Whether `symbol` is the cold part of a function (`f.cold`, `f.isra.0.cold`): code split away
 /// from the function's entry, reached only by a jump from inside it.
 constexpr bool is_cold_part(std::string_view symbol) noexcept {
-  const std::string_view suffix = symbol.substr(clone_base(symbol).size());
+  const std::size_t base = clone_base(symbol).size();
+  const std::string_view suffix(symbol.data() + base, symbol.size() - base);
   return suffix.ends_with(".cold") || suffix.find(".cold.") != std::string_view::npos;
 }
 
