@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <filesystem>
 #include <optional>
+#include <sys/stat.h>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -13,6 +15,8 @@
 
 #include "faults/families.h"
 #include "faults/point_names.h"
+#include "faults/preload/detail/inlined_sites.h"
+#include "faults/symbol_names.h"
 #include "harness/run/elf_functions.h"
 
 namespace faultline::harness {
@@ -185,57 +189,161 @@ std::string nearest_name(std::string_view name, const std::set<std::string>& nam
   return best;
 }
 
+// Whether `names` has the function `pattern` names (a name, or a prefix and '*'): the function
+// itself or one of its compiler clones (f.isra.0, f.part.0, f.cold: faults/symbol_names.h).
 bool has_function(const std::set<std::string>& names, std::string_view pattern) {
   if (!pattern.empty() && pattern.back() == '*') {
     pattern.remove_suffix(1);
     auto it = names.lower_bound(std::string(pattern));
     return it != names.end() && std::string_view(*it).starts_with(pattern);
   }
-  return names.count(std::string(pattern)) != 0;
+  if (names.count(std::string(pattern)) != 0) return true;
+  for (auto it = names.lower_bound(std::string(pattern) + "."); it != names.end() && it->starts_with(pattern); ++it) {
+    if (faults::names_function(*it, pattern)) return true;
+  }
+  return false;
+}
+
+bool pattern_names(std::string_view pattern, std::string_view function) {
+  if (!pattern.empty() && pattern.back() == '*') return function.starts_with(pattern.substr(0, pattern.size() - 1));
+  return function == pattern;
+}
+
+// The lock calls a lock/ point (or wildcard) stands at, for "functions that call ...".
+std::set<std::string> lock_primitives(std::string_view point) {
+  struct call {
+    const char* kind;
+    const char* where;  // the points it passes: w(ait), a(cquired), r(elease)
+    const char* name;
+  };
+  static constexpr call calls[] = {
+      {"sem", "wa", "sem_wait"}, {"sem", "wa", "sem_timedwait"}, {"sem", "wa", "sem_clockwait"}, {"sem", "a", "sem_trywait"},
+      {"sem", "r", "sem_post"}, {"mutex", "wa", "pthread_mutex_lock"}, {"mutex", "wa", "pthread_mutex_timedlock"},
+      {"mutex", "wa", "pthread_mutex_clocklock"}, {"mutex", "a", "pthread_mutex_trylock"}, {"mutex", "r", "pthread_mutex_unlock"},
+      {"file", "war", "flock"}, {"file", "war", "lockf"}, {"file", "war", "fcntl"}, {"file", "war", "fcntl64"}};
+  std::set<std::string> out;
+  for (const auto& c : calls) {
+    for (const char* where : {"wait", "acquired", "release"}) {
+      if (std::strchr(c.where, where[0]) == nullptr) continue;
+      const std::string name = std::string("lock/") + c.kind + "/" + where;
+      if (name == point || (point.ends_with("*") && std::string_view(name).starts_with(point.substr(0, point.size() - 1))))
+        out.insert(c.name);
+    }
+  }
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& words, std::size_t most) {
+  std::string out;
+  for (std::size_t i = 0; i < words.size() && i < most; ++i) out += (i ? ", " : "") + words[i];
+  if (words.size() > most) out += ", ...";
+  return out;
+}
+
+// FAULTLINE_INLINED's value for `sites` (agent/detail/inlined_sites.h): those that fit its bounds.
+std::string inlined_environment(const std::vector<inlined_site>& sites) {
+  using bounds = agent::detail::inlined_site;
+  std::string out;
+  std::size_t count = 0;
+  for (const auto& site : sites) {
+    struct stat st {};
+    if (site.function.size() > bounds::max_name || site.caller.empty() || site.caller.size() > bounds::max_name ||
+        site.ranges.size() > bounds::max_ranges || ::stat(site.module.c_str(), &st) != 0 || ++count > 64)
+      continue;
+    std::ostringstream one;
+    one << site.function << ':' << site.caller << ':' << st.st_dev << ':' << st.st_ino << ':' << std::hex << site.entry << ':';
+    for (std::size_t i = 0; i < site.ranges.size(); ++i)
+      one << (i ? "," : "") << site.ranges[i].first << '-' << site.ranges[i].second;
+    out += (out.empty() ? "" : ";") + one.str();
+  }
+  return out;
 }
 
 }  // namespace
 
-void check_program_points(const faults::spec& spec, const std::vector<std::string>& argv, const std::vector<std::string>& env) {
-  if (argv.empty()) return;
-  std::optional<std::set<std::string>> names;
-  bool read = false;
+std::string check_program_points(const faults::spec& spec, const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  if (argv.empty()) return {};
+  struct wanted {
+    std::string function;  // a name, or a prefix and '*'
+    std::string written;   // the item as written
+    std::string point;
+    bool fn = false;
+  };
+  std::vector<wanted> functions;
   for (const auto& item : spec.items) {
-    std::string_view function;
-    std::string written;
     if (!item.is_wildcard() && std::string_view(item.point).starts_with("fn/")) {
-      function = std::string_view(item.point).substr(3);
-      function = function.substr(0, function.find('+'));
-      written = item.point;
+      std::string_view f = std::string_view(item.point).substr(3);
+      functions.push_back({std::string(f.substr(0, f.find('+'))), item.point, item.point, true});
     } else if (!item.filter.empty() && faults::pattern_reaches(item.point, faults::injector::lock)) {
-      function = item.filter;
-      written = item.written();
-    } else {
-      continue;
+      functions.push_back({item.filter, item.written(), item.point, false});
     }
-    if (!read) {
-      names = program_function_names(argv.front(), env);
-      // A launcher (sh -c './prog ...', env, timeout) runs other programs: each word of its
-      // arguments that is a program adds its tables; one that is a script stops the check.
-      for (std::size_t i = 1; i < argv.size() && names; ++i) {
-        std::istringstream words(argv[i]);
-        for (std::string w; names && words >> w;) {
-          std::error_code ec;
-          if (w.find('/') == std::string::npos || !fs::is_regular_file(w, ec) || ::access(w.c_str(), X_OK) != 0) continue;
-          auto more = program_function_names(w, env);
-          if (more) names->merge(*more);
-          else names.reset();
-        }
-      }
-      read = true;
-    }
-    if (!names) return;  // a script, or a library not found: nothing can be said missing
-    if (has_function(*names, function)) continue;
-    const std::string near = function.ends_with("*") ? std::string() : nearest_name(function, *names);
-    throw usage_error{"--faults: " + written + ": no function " + std::string(function) + " in " + argv.front() +
-                      " or the libraries it loads at start (their symbol tables)" +
-                      (near.empty() ? std::string() : " (did you mean " + near + "?)")};
   }
+  if (functions.empty()) return {};
+  // The program's tables: argv[0]'s, and those of each word of its arguments that is a program (a
+  // launcher: sh -c './prog ...', env, timeout); one that is a script stops the check.
+  std::optional<std::set<std::string>> names = program_function_names(argv.front(), env);
+  std::vector<fs::path> modules;
+  if (names) {
+    if (auto m = program_modules(argv.front(), env)) modules = *m;
+  }
+  std::vector<fs::path> programs{argv.front()};
+  for (std::size_t i = 1; i < argv.size() && names; ++i) {
+    std::istringstream words(argv[i]);
+    for (std::string w; names && words >> w;) {
+      std::error_code ec;
+      if (w.find('/') == std::string::npos || !fs::is_regular_file(w, ec) || ::access(w.c_str(), X_OK) != 0) continue;
+      auto more = program_function_names(w, env);
+      if (!more) {
+        names.reset();
+        break;
+      }
+      names->merge(*more);
+      programs.emplace_back(w);
+      if (auto m = program_modules(w, env)) modules.insert(modules.end(), m->begin(), m->end());
+    }
+  }
+  if (!names) return {};  // a script, or a library not found: nothing can be said missing
+  // Where the named functions were inlined (the DWARF's): the agent matches there too.
+  const inlined_copies inlined = find_inlined(modules, [&](std::string_view name) {
+    return std::any_of(functions.begin(), functions.end(), [&](const wanted& w) { return pattern_names(w.function, name); });
+  });
+  for (const auto& w : functions) {
+    if (has_function(*names, w.function)) continue;
+    if (std::any_of(inlined.sites.begin(), inlined.sites.end(),
+                    [&](const inlined_site& s) { return pattern_names(w.function, s.function); }))
+      continue;
+    std::string why = "--faults: " + w.written + ": no function " + w.function + " in " + argv.front() +
+                      " or the libraries it loads at start (their symbol tables";
+    const bool program_has_dwarf = std::any_of(inlined.with_dwarf.begin(), inlined.with_dwarf.end(), [&](const fs::path& m) {
+      return std::find(programs.begin(), programs.end(), m) != programs.end();
+    });
+    if (program_has_dwarf) {
+      why += ", and no inlined copy of it in their DWARF)";
+      const std::string near = w.function.ends_with("*") ? std::string() : nearest_name(w.function, *names);
+      if (!near.empty()) why += " (did you mean " + near + "?)";
+      throw usage_error{why};
+    }
+    why += ")";
+    const std::string near = w.function.ends_with("*") ? std::string() : nearest_name(w.function, *names);
+    if (!near.empty()) why += " (did you mean " + near + "?)";
+    // No DWARF: an inlined function leaves no trace to find it by. Say so, and what can be named.
+    why += ". Without DWARF (.debug_info) nothing shows where a function was inlined: a static or inline " + w.function +
+           " that the compiler inlined into its callers (as -O2 does to small wrappers) has no symbol, so this point "
+           "cannot fire as written. Name the function it was inlined into";
+    if (!w.fn) {
+      std::vector<std::string> callers;
+      const std::set<std::string> primitives = lock_primitives(w.point);
+      for (const auto& program : programs) {
+        for (auto& c : functions_calling(program, primitives)) callers.push_back(std::move(c));
+      }
+      if (!callers.empty())
+        why += " (the functions of the program that call " + joined({primitives.begin(), primitives.end()}, 5) + ": " +
+               joined(callers, 8) + ")";
+    }
+    why += ", or build the program with -g so that its inlined copies are found";
+    throw usage_error{why};
+  }
+  return inlined_environment(inlined.sites);
 }
 
 }  // namespace faultline::harness

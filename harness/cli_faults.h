@@ -49,10 +49,16 @@ void check_agent_points(const faults::spec& spec, spec_reader reader = spec_read
 /// not have: an fn/SYMBOL, or a lock/ @FILTER (a name, or a prefix and '*'), found in no
 /// symbol table of the program and the libraries it loads at start (program_function_names,
 /// harness/run/elf_functions.h) of argv[0] and of every program path among the words of its
-/// arguments (sh -c './prog --flag'), with the nearest name where one is near. Nothing is refused
-/// when those tables cannot all be read (a script, a library not found). Functions of libraries
-/// the program dlopens later are not seen (fn/ points cannot reach them either). `env`: the
+/// arguments (sh -c './prog --flag'), neither as itself nor as a compiler clone (f.isra.0,
+/// f.cold: faults/symbol_names.h), nor inlined where their DWARF says (find_inlined). The message
+/// gives the nearest name where one is near; where the program has no DWARF, it says that an
+/// inlined function cannot be found without it, and for a lock/ filter names the program's
+/// functions that call that family's lock calls (what to name instead). Nothing is refused when
+/// those tables cannot all be read (a script, a library not found). Functions of libraries the
+/// program dlopens later are not seen (fn/ points cannot reach them either). `env`: the
 /// program's environment ("K=V").
-void check_program_points(const faults::spec& spec, const std::vector<std::string>& argv, const std::vector<std::string>& env);
+/// Returns FAULTLINE_INLINED's value for the agent (faults/preload/detail/inlined_sites.h): the
+/// inlined copies of the functions named, "" when there are none.
+std::string check_program_points(const faults::spec& spec, const std::vector<std::string>& argv, const std::vector<std::string>& env);
 
 }  // namespace faultline::harness

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "faults/preload/detail/inlined_sites.h"
 #include "faults/spec.h"
 #include "harness/agent_dir.h"
 #include "harness/detail/sys.h"
@@ -542,9 +543,10 @@ variant command_variant(const std::vector<std::string>& cmd, const command_flags
                         std::optional<std::chrono::milliseconds> timeout, const std::vector<std::string>& env) {
   if (auto found = find_program(cmd[0]); !found) throw usage_error{"the command cannot be run: " + found.error().message()};
   const auto spec = *faults::parse(faults);  // checked by check_faults_flag
+  std::string inlined;
   if (!f.no_preload) {
     check_agent_points(spec, spec_reader::program);
-    check_program_points(spec, cmd, env);
+    inlined = check_program_points(spec, cmd, env);
   }
   variant v;
   v.name = fs::path(cmd[0]).filename().string();
@@ -564,6 +566,9 @@ variant command_variant(const std::vector<std::string>& cmd, const command_flags
                                      names_posix_points(spec));
   if (!preload) throw usage_error{preload.error().message()};
   for (const auto& [name, value] : *preload) v.env.push_back(name + "=" + value);
+  // Where the functions the spec names were inlined (the DWARF's, read here so that the agent
+  // never reads DWARF): the lock/ filters match there, fn/ points break there.
+  if (!inlined.empty()) v.env.push_back(std::string(agent::detail::inlined_env) + "=" + inlined);
   return v;
 }
 

@@ -7,17 +7,29 @@
 # GPU_DEST: ci/gpu/carry.sh's folder (faultline and its agent); HAMI_DEST: ci/gpu/hami-carry.sh's.
 # Environment: RUNS (12 per point), JOBS (4: more CUDA contexts made at once stretch each one's
 # start past the stall threshold), TIMEOUT (25s), WORK_S (2: each worker's seconds of allocating),
-# POINTS (the point names below to run, default all), LONG_POINT (a point name below: one
-# more campaign of that point, 4 runs with a 330 s timeout, in the background: how long a stall
-# lasts where it outlives TIMEOUT).
+# POINTS (the point names below to run, default lock-acquired lock-held usage-update), LONG_POINT
+# (a point name below: one more campaign of that point, 4 runs with a 330 s timeout, in the
+# background: how long a stall lasts where it outlives TIMEOUT), CLEAN (1: the clean campaign;
+# 0 leaves it out), ACTIVE (1: the run under faultline with HAMi-core's log; 0 leaves it out),
+# WORKER (static: hami_workers, the runtime linked statically; shared: hami_workers_shared, with
+# libcudart.so), DEADLINE_S (no campaign starts once the script has run this many seconds; each
+# one left out is named in OUT/skipped: one device call holds the whole matrix).
 # Per commit, into OUT/COMMIT/: bare.log (one run without faultline, HAMi-core's info log on: is
-# it active?), active/ (one run under faultline with that log: active there too?), then one
-# faultline campaign per point (--keep all), each a folder:
+# it active? and the entry points the worker's runtime calls resolve to, "entry cuInit
+# runtime=MODULE dlsym=MODULE"), active/ (one run under faultline with that log: active there
+# too?), clean/; then, point by point and commit by commit in that order (so that a deadline cuts
+# the last point of every commit, not every point of the last commit), one faultline campaign per
+# point (--keep all), each a folder:
 #   clean            no fault point
 #   lock-acquired    lock/sem/acquired@lock_shrreg=25%kill: just after the region's semaphore was
 #                    taken, before lock_shrreg records its owner
 #   lock-held        fn/clear_proc_slot_nolock=25%kill: inside the lock, owner recorded (a
 #                    registering process tidies the slots there)
+#   lock-release     lock/sem/release@unlock_shrreg=25%kill: just before the region's semaphore is
+#                    posted (the owner already cleared: HAMi issue #2500's window). In an optimized
+#                    build unlock_shrreg ends in `jmp sem_post@plt`, a tail call the filter follows
+#   postinit         lock/sem/acquired@lock_postinit=25%kill: just after postInit's semaphore was
+#                    taken (host PID detection, serialised across processes since 3273df8)
 #   usage-update     fn/add_gpu_device_memory_usage+OFFSET=P%kill: after the update's first locked
 #                    add (hami-carry.sh finds it); P is chosen from the clean runs' allocation
 #                    count so that about one worker in four is killed
@@ -34,6 +46,8 @@ shift 3
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 fl=$gpu/bin/faultline workers=$hami/bin/hami_workers
+[ "${WORKER:-static}" = shared ] && workers=$hami/bin/hami_workers_shared
+started=$SECONDS
 runs=${RUNS:-12} jobs=${JOBS:-4} timeout=${TIMEOUT:-25s}
 export LD_LIBRARY_PATH=$gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 cd "$out"  # runs start here: a folder where the kernel can write a crash's core
@@ -69,40 +83,64 @@ spec_of() {  # spec_of COMMIT NAME
   case $2 in
     lock-acquired) echo 'lock/sem/acquired@lock_shrreg=25%kill' ;;
     lock-held) echo 'fn/clear_proc_slot_nolock=25%kill' ;;
-    usage-update) echo "fn/add_gpu_device_memory_usage+$(cat "$hami/$1/usage-offset")=$(usage_percent "$1")%kill" ;;
+    lock-release) echo 'lock/sem/release@unlock_shrreg=25%kill' ;;
+    postinit) echo 'lock/sem/acquired@lock_postinit=25%kill' ;;
+    usage-update)
+      [ -f "$hami/$1/usage-point" ] || return 0
+      echo "fn/$(cat "$hami/$1/usage-point")=$(usage_percent "$1")%kill" ;;
   esac
 }
 
+past_deadline() {  # past_deadline WHAT: true (and WHAT noted in OUT/skipped) once DEADLINE_S is spent
+  [ -n "${DEADLINE_S:-}" ] && [ $((SECONDS - started)) -ge "$DEADLINE_S" ] || return 1
+  echo "$1 (at $((SECONDS - started)) s)" >>"$out/skipped"
+  echo "== skipped past the deadline: $1"
+}
+
 long_pid=
+ready=()
 for commit in "$@"; do
   lib=$hami/$commit/libvgpu.so
   [ -f "$lib" ] || { echo "hami-run.sh: no $lib" >&2; exit 1; }
   mkdir -p "$out/$commit"
+  past_deadline "$commit setup" && continue
   echo "== $commit bare, HAMi-core's info log on"
   set +e
   LIBCUDA_LOG_LEVEL=4 CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/hami-bare.$$ CUDA_DEVICE_MEMORY_LIMIT=16g \
-    LD_PRELOAD=$lib timeout 60 "$workers" --procs 2 --seconds 0.2 >"$out/$commit/bare.log" 2>&1
+    LD_PRELOAD=$lib timeout 60 "$workers" --procs 2 --seconds 0.2 --entry-points >"$out/$commit/bare.log" 2>&1
   echo "exit $?" >"$out/$commit/bare.status"
   echo "$(cat "$out/$commit/bare.status"); region file: $(stat -c %s /tmp/hami-bare.$$ 2>/dev/null || echo none) bytes"
   set -e
   rm -f /tmp/hami-bare.$$
   grep -v "add_gpu_device_memory\|rm_gpu_device_memory\|get_gpu_memory_usage\|dev=0 pid" "$out/$commit/bare.log" | head -20 || true
   echo "HAMi-core log lines: $(wc -l <"$out/$commit/bare.log"); usage updates: $(grep -c add_gpu_device_memory "$out/$commit/bare.log" || true)"
+  echo "entry points: $(grep -m5 ' entry ' "$out/$commit/bare.log" | sed 's/^worker [0-9]*: entry //' | tr '\n' ';')"
   if [ "$(sed -n 's/^exit //p' "$out/$commit/bare.status")" != 0 ]; then
     echo "hami-run.sh: $commit: hami_workers does not run under libvgpu.so without faultline; its log:"
     tail -40 "$out/$commit/bare.log"
     continue
   fi
+  ready+=("$commit")
   # HAMi-core active under faultline too (its dlsym reached through the agent's): one run, its log on.
-  campaign "$commit" active "" --repeat 1 --timeout "$timeout" --env LIBCUDA_LOG_LEVEL=4 >/dev/null
-  echo "under faultline: usage updates in HAMi-core's log: $(cat "$out/$commit/active/logs/"*.log | grep -c add_gpu_device_memory || true)"
-  campaign "$commit" clean "" --repeat "$runs" --jobs "$jobs" --timeout "$timeout"
+  if [ "${ACTIVE:-1}" = 1 ]; then
+    campaign "$commit" active "" --repeat 1 --timeout "$timeout" --env LIBCUDA_LOG_LEVEL=4 >/dev/null
+    echo "under faultline: usage updates in HAMi-core's log: $(cat "$out/$commit/active/logs/"*.log | grep -c add_gpu_device_memory || true)"
+  fi
+  [ "${CLEAN:-1}" = 1 ] && campaign "$commit" clean "" --repeat "$runs" --jobs "$jobs" --timeout "$timeout"
   if [ -n "${LONG_POINT:-}" ] && [ -z "$long_pid" ]; then
     campaign "$commit" "$LONG_POINT-long" "$(spec_of "$commit" "$LONG_POINT")" --repeat 4 --jobs 4 --timeout 330s &
     long_pid=$!
   fi
-  for name in ${POINTS:-lock-acquired lock-held usage-update}; do
-    campaign "$commit" "$name" "$(spec_of "$commit" "$name")" --repeat "$runs" --jobs "$jobs" --timeout "$timeout"
+done
+for name in ${POINTS:-lock-acquired lock-held usage-update}; do
+  for commit in "${ready[@]}"; do
+    spec=$(spec_of "$commit" "$name")
+    if [ -z "$spec" ]; then
+      echo "== $commit $name: no such point in this build (see hami-carry.sh)" | tee -a "$out/skipped"
+      continue
+    fi
+    past_deadline "$commit $name" && continue
+    campaign "$commit" "$name" "$spec" --repeat "$runs" --jobs "$jobs" --timeout "$timeout"
   done
 done
 [ -z "$long_pid" ] || wait "$long_pid"

@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-POINTS = ["clean", "lock-acquired", "lock-acquired-long", "lock-held", "usage-update"]
+POINTS = ["clean", "lock-acquired", "lock-acquired-long", "lock-held", "lock-release", "postinit", "usage-update"]
 WORKER = re.compile(r"^worker (\d+): context ([0-9.]+) s, (\d+) allocations, longest ([0-9.]+) s$")
 
 
@@ -38,6 +38,7 @@ def campaign(folder: Path):
             "contexts": [c for c, _ in workers],
             "allocations": [a for _, a in workers],
             "faults": r.get("faults") or "",
+            "reached": r.get("points_reached") or [],
         })
     return rows
 
@@ -49,13 +50,19 @@ def spread(values):
 
 
 def table(out: Path) -> str:
-    lines = ["| commit | point | spec | runs | a worker killed | others stalled >= 8 s | hung (outer timeout) | "
-             "survivors' context start | longest allocation | hang signatures |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| commit | point | spec | runs | reached (matched as) | a worker killed | others stalled >= 8 s | "
+             "hung (outer timeout) | survivors' context start | longest allocation | hang signatures |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for commit_dir in sorted(p for p in out.iterdir() if p.is_dir()):
         for name in POINTS:
             rows = campaign(commit_dir / name)
             if rows is None:
+                summary = commit_dir / f"{name}.summary"
+                refusal = [line for line in (summary.read_text(errors="replace").splitlines() if summary.is_file() else [])
+                           if "error:" in line]
+                if refusal:
+                    text = refusal[0].split("error:", 1)[1].strip()[:160].replace("|", "\\|")
+                    lines.append(f"| {commit_dir.name} | {name} | | 0 | refused before run 1: {text} | | | | | | |")
                 continue
             killed = [r for r in rows if r["killed"]]
             stalled = [r for r in rows if r["stalled"]]
@@ -68,8 +75,24 @@ def table(out: Path) -> str:
             sig_text = "; ".join(f"{n}x `{s}`" for s, n in sorted(signatures.items(), key=lambda x: -x[1])) or "-"
             sig_text = sig_text.replace("|", "\\|")
             spec = rows[0]["faults"].replace("|", "\\|") if rows else ""
-            lines.append(f"| {commit_dir.name} | {name} | `{spec or '(none)'}` | {len(rows)} | {len(killed)} | "
+            item = spec.split("=", 1)[0] if spec else ""
+            reached = [r for r in rows if item and any(p == item for p in r["reached"])]
+            matched = sorted({p.split(" in ", 1)[1] for r in rows for p in r["reached"] if p.startswith(item + " in ")})
+            reach_text = "-" if not item else f"{len(reached)}" + (f" ({'; '.join(matched)})" if matched else "")
+            lines.append(f"| {commit_dir.name} | {name} | `{spec or '(none)'}` | {len(rows)} | {reach_text} | {len(killed)} | "
                          f"{len(stalled)} | {len(hung)} | {spread(contexts)} | {spread(allocations)} | {sig_text} |")
+    entries = []
+    for commit_dir in sorted(p for p in out.iterdir() if p.is_dir()):
+        bare = commit_dir / "bare.log"
+        seen = {}
+        for line in (bare.read_text(errors="replace").splitlines() if bare.is_file() else []):
+            m = re.match(r"^worker \d+: entry (\S+) runtime=(\S+) dlsym=(\S+)$", line)
+            if m:
+                seen.setdefault(m.group(1), (m.group(2), m.group(3)))
+        if seen:
+            entries.append(f"- {commit_dir.name}: " + ", ".join(f"`{k}` runtime {v[0]}, dlsym {v[1]}" for k, v in seen.items()))
+    if entries:
+        lines += ["", "Entry points the worker's runtime calls resolve to (hami_workers --entry-points, bare run):"] + entries
     return "\n".join(lines)
 
 

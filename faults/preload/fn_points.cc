@@ -15,17 +15,19 @@
 #include <cstring>
 
 #include "faults/preload/detail/elf_symbols.h"
+#include "faults/preload/detail/inlined_sites.h"
 #include "faults/preload/detail/sys.h"
 #include "faults/preload/detail/plan_table.h"
 #include "faults/preload/detail/text.h"
 #include "faults/preload/preload_points.h"
+#include "faults/symbol_names.h"
 
 namespace {
 
 namespace detail = faultline::agent::detail;
 namespace preload = faultline::agent::preload;
 
-constexpr unsigned max_breakpoints = 8;
+constexpr unsigned max_breakpoints = 32;
 constexpr unsigned max_spec = 4096;
 constexpr unsigned max_symbol = 200;
 
@@ -34,6 +36,9 @@ struct breakpoint {
   std::uint8_t original = 0;
   int item = -1;
   char point[max_symbol + 4] = {};  // "fn/" + symbol
+  // Where the breakpoint stands when that is not the symbol named: a clone (f.isra.0), or an
+  // inlined copy ("f inlined into g"); empty otherwise.
+  char where[2 * max_symbol + 16] = {};
   // Threads stepping over it now: the breakpoint is set again only when the last one is done
   // (set while another thread is about to run the restored first instruction, it would run the
   // int3 instead and resume in the middle of that instruction).
@@ -97,7 +102,7 @@ void on_trap(int sig, siginfo_t* info, void* context) {
     breakpoint& b = breakpoints[i];
     if (static_cast<std::uintptr_t>(rip) - 1 != b.address) continue;
     const detail::point_term t = items.hit(b.item, &preload::draw, &preload::record_reached);
-    preload::act(t, b.point);
+    preload::act(t, b.point, b.where[0] != '\0' ? b.where : nullptr);
     b.steppers.fetch_add(1, std::memory_order_acq_rel);
     (void)write_byte(b.address, b.original);
     rip = static_cast<greg_t>(b.address);
@@ -153,6 +158,54 @@ std::uintptr_t resolve(const char* symbol, std::uint64_t* size) noexcept {
   return s.found;
 }
 
+// Calls fn(address, name) for each entry of a compiler clone of `symbol` (f.isra.0,
+// f.constprop.0, f.part.0: faults/symbol_names.h) in the .symtab of the loaded objects; a cold
+// part (f.cold) is no entry of the function and is left out.
+template <class F>
+void for_each_clone(const char* symbol, F&& fn) noexcept {
+  struct search {
+    const char* symbol;
+    F* fn;
+  } wanted{symbol, &fn};
+  ::dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* arg) {
+        auto* s = static_cast<search*>(arg);
+        const char* path = info->dlpi_name != nullptr && *info->dlpi_name != '\0' ? info->dlpi_name : "/proc/self/exe";
+        if (std::strstr(path, "linux-vdso") != nullptr) return 0;
+        detail::elf_file(path).for_each_function(SHT_SYMTAB, [&](const char* name, std::uint64_t value, std::uint64_t,
+                                                                 unsigned type) {
+          if (type == STT_FUNC && std::strcmp(name, s->symbol) != 0 && faultline::faults::names_function(name, s->symbol) &&
+              !faultline::faults::is_cold_part(name))
+            (*s->fn)(info->dlpi_addr + value, name);
+          return true;
+        });
+        return 0;
+      },
+      &wanted);
+}
+
+// The load bias of the loaded object whose file is (dev, inode), or 0 with *found false.
+std::uintptr_t bias_of(std::uint64_t dev, std::uint64_t inode, bool* found) noexcept {
+  struct search {
+    std::uint64_t dev, inode;
+    std::uintptr_t bias;
+    bool found;
+  } file{dev, inode, 0, false};
+  ::dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* arg) {
+        auto* s = static_cast<search*>(arg);
+        const char* path = info->dlpi_name != nullptr && *info->dlpi_name != '\0' ? info->dlpi_name : "/proc/self/exe";
+        struct stat st {};
+        if (::stat(path, &st) != 0 || st.st_dev != s->dev || st.st_ino != s->inode) return 0;
+        s->bias = info->dlpi_addr;
+        s->found = true;
+        return 1;
+      },
+      &file);
+  *found = file.found;
+  return file.bias;
+}
+
 // Splits "SYMBOL+OFFSET" (decimal or 0x hex) in place: the '+' becomes the symbol's end. False
 // when what follows '+' is not a number.
 bool split_offset(char* symbol, std::uint64_t* offset) noexcept {
@@ -204,7 +257,42 @@ bool install(const char* spec) noexcept {
     }
     b.address = resolve(symbol, &size);
     b.item = b.address != 0 ? items.find(spec_copy, b.point) : -1;
-    if (b.address == 0 || b.item < 0) {
+    if (b.address == 0) {
+      // No function of that name: its compiler clones' entries, else the places the command
+      // found it inlined (FAULTLINE_INLINED), each a breakpoint of the same item.
+      const int item = items.find(spec_copy, b.point);
+      unsigned added = 0;
+      const auto add = [&](std::uintptr_t address, const char* where, const char* into) {
+        if (breakpoint_count == max_breakpoints || item < 0) return;
+        breakpoint& c = breakpoints[breakpoint_count];
+        if (&c != &b) std::memcpy(c.point, b.point, sizeof c.point);
+        detail::fixed_string<sizeof c.where> text;
+        text.str(where);
+        if (into != nullptr) text.str(" inlined into ").str(into);
+        std::memcpy(c.where, text.c_str(), text.size() + 1);
+        c.address = address;
+        c.item = item;
+        c.original = *reinterpret_cast<const std::uint8_t*>(address);
+        ++breakpoint_count;
+        ++added;
+      };
+      for_each_clone(symbol, [&](std::uintptr_t address, const char* name) {
+        if (offset == 0) add(address, name, nullptr);
+      });
+      if (added == 0 && offset == 0) {
+        detail::for_each_inlined_site(std::getenv(detail::inlined_env), [&](const detail::inlined_site& site) {
+          bool found = false;
+          const std::uintptr_t bias = std::strcmp(site.function, symbol) == 0 ? bias_of(site.dev, site.inode, &found) : 0;
+          if (found) add(bias + site.entry, site.function, site.caller);
+        });
+      }
+      if (added == 0) {
+        err.str("faultline-agent: ").str(b.point).str(offset != 0 ? ": no such function (an offset needs the symbol itself)\n"
+                                                                  : ": no such function in the program or its libraries\n");
+      }
+      return;
+    }
+    if (b.item < 0) {
       err.str("faultline-agent: ").str(b.point).str(": no such function in the program or its libraries\n");
       return;
     }

@@ -12,6 +12,11 @@
 // there before (the agent's crash report). While one thread steps over a breakpoint, another
 // thread entering the same function in those microseconds passes without a hit. Functions of
 // libraries loaded later (dlopen) are not reached; names are exact (no wildcard). x86-64 only.
+// Optimized code (issue 39): a symbol that is not there as itself but as compiler clones
+// (f.isra.0, f.constprop.0, f.part.0) gets a breakpoint at each clone's entry; one that is only
+// inlined, at each inlined copy's entry that `faultline exec` found in the DWARF
+// (FAULTLINE_INLINED). A cold part (f.cold) is no entry: named only as itself. An offset needs
+// the symbol itself. The print line names the clone or copy.
 #pragma once
 
 namespace faultline::agent::fn_points {

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -133,6 +135,47 @@ TEST(fn_points, a_sigtrap_of_the_program_still_reaches_the_crash_report) {
   EXPECT_EQ(WTERMSIG(f.status), SIGTRAP);
   EXPECT_EQ(f.out, "exported 1\n");
   EXPECT_EQ(testing::slurp(r.dir() / ("crash." + std::to_string(f.pid))).rfind("signal 5 SIGTRAP", 0), 0u);
+}
+
+// Issue 39: fn/ on code GCC optimized (testing/optimized_locks.c, -O2). give_slot exists only as
+// give_slot.isra.0 (before: "no such function", nothing set); take_inline only as inlined copies
+// (found in the DWARF by `faultline exec`; refused before run 1 without it); settle_slot's cold
+// part is no entry: fn/settle_slot stands at the entry, fn/settle_slot.cold in the cold part.
+TEST(fn_points, a_clone_inlined_copies_and_a_cold_part_are_found) {
+  if (std::string(FAULTLINE_OPTIMIZED_LOCKS).empty()) GTEST_SKIP() << "built only with GCC (its clone names)";
+  testing::preload_runner r(preload_library);
+  const std::string program = FAULTLINE_OPTIMIZED_LOCKS, with_dwarf = FAULTLINE_OPTIMIZED_LOCKS_G;
+  auto f = r.run("fn/give_slot=print", {program, "isra"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "isra wait=0 release=0\n");
+  EXPECT_EQ(count(f.err, "fault point fn/give_slot reached in give_slot.isra.0 (injected: print)"), 1u) << f.err;
+  EXPECT_EQ(r.reached(f.pid), "fn/give_slot\n");
+
+  auto cold = r.run("fn/settle_slot.cold=print;fn/settle_slot=print", {program, "cold"});
+  ASSERT_TRUE(exited_0(cold)) << cold.err;
+  EXPECT_EQ(count(cold.err, "fault point fn/settle_slot reached (injected: print)"), 1u) << cold.err;
+  EXPECT_EQ(count(cold.err, "fault point fn/settle_slot.cold reached (injected: print)"), 1u) << cold.err;
+
+  const auto exec = [&](const std::string& spec, const std::string& command, std::string& logs) {
+    const std::string out = (r.dir() / "campaign").string(), err = (r.dir() / "err.txt").string();
+    const int status = std::system((std::string(FAULTLINE_CLI) + " exec --keep all --out " + out + " --faults '" + spec +
+                                    "' -- " + command + " > /dev/null 2> " + err)
+                                       .c_str());
+    logs = testing::slurp(err);
+    std::error_code ec;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(out, ec))
+      if (e.path().extension() == ".log") logs += testing::slurp(e.path());
+    std::filesystem::remove_all(out, ec);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  std::string logs;
+  EXPECT_EQ(exec("fn/take_inline=print", with_dwarf + " inline", logs), 0) << logs;
+  EXPECT_EQ(count(logs, "fault point fn/take_inline reached in take_inline inlined into first_taker"), 1u) << logs;
+  EXPECT_EQ(count(logs, "fault point fn/take_inline reached in take_inline inlined into second_taker"), 1u) << logs;
+  EXPECT_EQ(exec("fn/take_inline=print", program + " inline", logs), 2) << logs;
+  EXPECT_NE(logs.find("fn/take_inline: no function take_inline"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("Without DWARF (.debug_info) nothing shows where a function was inlined"), std::string::npos) << logs;
+  EXPECT_EQ(exec("fn/give_slot=print", program + " isra", logs), 0) << logs;
 }
 
 }  // namespace

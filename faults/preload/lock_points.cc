@@ -27,9 +27,12 @@
 
 #include "faults/families.h"
 #include "faults/preload/detail/elf_symbols.h"
+#include "faults/preload/detail/inlined_sites.h"
 #include "faults/preload/detail/next_symbol.h"
 #include "faults/preload/detail/plan_table.h"
+#include "faults/preload/detail/text.h"
 #include "faults/preload/preload_points.h"
+#include "faults/symbol_names.h"
 
 namespace {
 
@@ -54,13 +57,18 @@ bool shared(const pthread_mutex_t* m) noexcept { return (m->__data.__kind & 128)
 
 // The functions lock/ filters name, found as fn/ points find theirs (fn_points.cc): in the ELF
 // symbol tables (.symtab, else .dynsym) of the program and its libraries, so that static and
-// hidden functions are seen (dladdr sees exported ones only). Each loaded module is read once,
-// when first met (all of them at install, a dlopen'ed one when a frame first falls in it); the
-// hot path only compares a frame's address with the spans found, and never allocates.
+// hidden functions are seen (dladdr sees exported ones only). A filter names a function and its
+// compiler clones (faults/symbol_names.h: f.isra.0, f.constprop.0, f.part.0, f.cold), and, where
+// the command found them in the DWARF (FAULTLINE_INLINED, detail/inlined_sites.h), the places f
+// was inlined. Each loaded module is read once, when first met (all of them at install, a
+// dlopen'ed one when a frame first falls in it); the hot path only compares a frame's address
+// with the spans found, and never allocates.
 constexpr unsigned max_filters = 16;
 constexpr unsigned max_filter_chars = 127;
 constexpr unsigned max_spans = 256;
 constexpr unsigned max_modules = 128;
+constexpr unsigned max_segments = 512;
+constexpr unsigned max_inlined = 64;
 
 struct filter_text {
   char text[max_filter_chars + 1] = {};  // a name, or a prefix and '*'
@@ -68,10 +76,17 @@ struct filter_text {
 filter_text filters[max_filters];
 unsigned filter_count = 0;
 
-// A function a filter names: [start, end) in this process, and its name as the symbol table has it.
+// A function a filter names: [start, end) in this process, its name as the symbol table has it
+// (or, for an inlined copy, the inlined function's), that name without a clone suffix, and for an
+// inlined copy the function it was inlined into.
 struct function_span {
   std::uintptr_t start = 0, end = 0;
   char name[max_filter_chars + 1] = {};
+  char base[max_filter_chars + 1] = {};
+  char inlined_into[max_filter_chars + 1] = {};
+  // Bit k: the function's code jumps to primitive k (a tail call), found the first time it was
+  // asked; only a yes is kept (a PLT slot not bound yet reads as a no).
+  std::atomic<std::uint32_t> tail_jumps{0};
 };
 function_span spans[max_spans];
 std::atomic<unsigned> span_count{0};
@@ -84,11 +99,28 @@ module_extent modules[max_modules];
 std::atomic<unsigned> module_count{0};
 std::atomic_flag scanning = ATOMIC_FLAG_INIT;
 
+// Each loaded segment (PT_LOAD) of the modules read: the tail-call check reads code and GOT slots
+// only where a segment is mapped.
+struct segment {
+  std::uintptr_t start = 0, end = 0;
+  bool exec = false;
+};
+segment segments[max_segments];
+std::atomic<unsigned> segment_count{0};
+
+// The inlined copies the command found (FAULTLINE_INLINED) of functions the filters name.
+detail::inlined_site inlined[max_inlined];
+unsigned inlined_count = 0;
+
+bool filter_names(const char* f, const char* name) noexcept {
+  const std::size_t n = std::strlen(f);
+  if (n > 0 && f[n - 1] == '*') return std::strncmp(f, name, n - 1) == 0;
+  return faultline::faults::names_function(name, f);
+}
+
 bool filter_matches(const char* name) noexcept {
   for (unsigned i = 0; i < filter_count; ++i) {
-    const char* f = filters[i].text;
-    const std::size_t n = std::strlen(f);
-    if (n > 0 && f[n - 1] == '*' ? std::strncmp(f, name, n - 1) == 0 : std::strcmp(f, name) == 0) return true;
+    if (filter_names(filters[i].text, name)) return true;
   }
   return false;
 }
@@ -97,6 +129,16 @@ bool in_known_module(std::uintptr_t ip) noexcept {
   const unsigned n = module_count.load(std::memory_order_acquire);
   for (unsigned i = 0; i < n; ++i) {
     if (ip >= modules[i].start && ip < modules[i].end) return true;
+  }
+  return false;
+}
+
+// Whether [address, address + n) lies inside one loaded segment (an executable one if `exec`).
+bool mapped(std::uintptr_t address, std::size_t n, bool exec) noexcept {
+  const unsigned count = segment_count.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < count; ++i) {
+    const segment& g = segments[i];
+    if (address >= g.start && address + n <= g.end && address + n > address) return !exec || g.exec;
   }
   return false;
 }
@@ -191,10 +233,35 @@ bool read_module(const char* path, std::uintptr_t bias, bool symtab_only = false
     f.start = bias + value;
     f.end = f.start + (size != 0 ? size : 1);
     std::strcpy(f.name, name);
+    const std::string_view base = faultline::faults::clone_base(name);
+    std::memcpy(f.base, base.data(), base.size());
+    f.base[base.size()] = '\0';
     span_count.store(at + 1, std::memory_order_release);
     return true;
   });
   return had_symtab;
+}
+
+// Adds the inlined copies (FAULTLINE_INLINED) that lie in the file `path`, loaded at `bias`.
+void add_inlined(const char* path, std::uintptr_t bias) noexcept {
+  if (inlined_count == 0) return;
+  struct stat st {};
+  if (::stat(path, &st) != 0) return;
+  for (unsigned i = 0; i < inlined_count; ++i) {
+    const detail::inlined_site& site = inlined[i];
+    if (site.dev != st.st_dev || site.inode != st.st_ino) continue;
+    for (unsigned r = 0; r < site.ranges; ++r) {
+      const unsigned at = span_count.load(std::memory_order_relaxed);
+      if (at == max_spans) return;
+      function_span& f = spans[at];
+      f.start = bias + site.low[r];
+      f.end = bias + site.high[r];
+      std::strcpy(f.name, site.function);
+      std::strcpy(f.base, site.function);
+      std::strcpy(f.inlined_into, site.caller);
+      span_count.store(at + 1, std::memory_order_release);
+    }
+  }
 }
 
 int scan_module(dl_phdr_info* info, std::size_t, void*) {
@@ -209,7 +276,18 @@ int scan_module(dl_phdr_info* info, std::size_t, void*) {
   if (lo >= hi || in_known_module(lo)) return 0;
   const unsigned m = module_count.load(std::memory_order_relaxed);
   if (m == max_modules) return 1;
-  if (std::strstr(path, "linux-vdso") == nullptr) read_module(path, info->dlpi_addr);
+  for (unsigned i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    const unsigned g = segment_count.load(std::memory_order_relaxed);
+    if (ph.p_type != PT_LOAD || g == max_segments) continue;
+    // (The bytes past p_filesz up to p_memsz are mapped too: zeroed, or anonymous pages.)
+    segments[g] = {info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz, (ph.p_flags & PF_X) != 0};
+    segment_count.store(g + 1, std::memory_order_release);
+  }
+  if (std::strstr(path, "linux-vdso") == nullptr) {
+    read_module(path, info->dlpi_addr);
+    add_inlined(path, info->dlpi_addr);
+  }
   modules[m] = {lo, hi};
   module_count.store(m + 1, std::memory_order_release);
   return 0;
@@ -223,13 +301,48 @@ void scan_modules() noexcept {
   scanning.clear(std::memory_order_release);
 }
 
-// The names of the caller's first frames that filters name, for plan_point's filters.
+// The lock calls the wrappers stand before, as the tail-call check names them.
+enum primitive : unsigned {
+  p_sem_wait, p_sem_timedwait, p_sem_clockwait, p_sem_trywait, p_sem_post,
+  p_mutex_lock, p_mutex_timedlock, p_mutex_clocklock, p_mutex_trylock, p_mutex_unlock,
+  p_flock, p_lockf, p_fcntl, p_fcntl64, primitive_count
+};
+constexpr const char* primitive_names[primitive_count] = {
+  "sem_wait", "sem_timedwait", "sem_clockwait", "sem_trywait", "sem_post",
+  "pthread_mutex_lock", "pthread_mutex_timedlock", "pthread_mutex_clocklock", "pthread_mutex_trylock",
+  "pthread_mutex_unlock", "flock", "lockf", "fcntl", "fcntl64"};
+// Where a jump to each may land: the definition the program's calls bind to (the first in the
+// lookup order: these wrappers, or a preload before them) and glibc's own.
+std::uintptr_t primitive_addresses[primitive_count][2] = {};
+
+// One wrapped call: which primitive, and the wrapper's return address (where the primitive
+// returns to: the instruction after the call that reached it).
+struct call_site {
+  primitive what;
+  std::uintptr_t return_address;
+};
+
+// The names of the caller's first frames that filters name, for plan_point's filters: per span
+// a frame falls in, its base name (without a clone suffix) and its name where the two differ.
 struct frames {
   static constexpr int depth = 10;
-  const char* names[depth + 1] = {};
+  static constexpr int max_names = 48;
+  const char* names[max_names + 1] = {};
+  const function_span* span_of[max_names] = {};
   int count = 0;
   bool unknown_module = false;  // a frame in a module not read yet (loaded by dlopen)
+  bool tail_call = false;       // names[0] (and [1]) name a function that tail-called the primitive
   int seen = 0;
+
+  void add(const function_span& s) noexcept {
+    if (count + 2 > max_names) return;
+    span_of[count] = &s;
+    names[count++] = s.base;
+    if (std::strcmp(s.base, s.name) != 0) {
+      span_of[count] = &s;
+      names[count++] = s.name;
+    }
+  }
 };
 
 _Unwind_Reason_Code collect(_Unwind_Context* context, void* arg) {
@@ -238,12 +351,15 @@ _Unwind_Reason_Code collect(_Unwind_Context* context, void* arg) {
   if (ip == 0 || f->seen == frames::depth) return _URC_END_OF_STACK;
   ++f->seen;
   const unsigned n = span_count.load(std::memory_order_acquire);
+  bool named = false;
+  // Every span: a frame inside an inlined copy is inside the function it was inlined into too.
   for (unsigned i = 0; i < n; ++i) {
     if (ip - 1 >= spans[i].start && ip - 1 < spans[i].end) {
-      f->names[f->count++] = spans[i].name;
-      return _URC_NO_REASON;
+      f->add(spans[i]);
+      named = true;
     }
   }
+  if (named) return _URC_NO_REASON;
   // Outside every module read: a library loaded since (dladdr knows it), or code of no module (JIT).
   Dl_info info{};
   // (With the table of modules full, nothing more can be read: no rescan.)
@@ -253,24 +369,155 @@ _Unwind_Reason_Code collect(_Unwind_Context* context, void* arg) {
   return _URC_NO_REASON;
 }
 
-void read_callers(frames& f) noexcept {
+std::int32_t read_i32(std::uintptr_t at) noexcept {
+  std::int32_t v;
+  std::memcpy(&v, reinterpret_cast<const void*>(at), sizeof v);
+  return v;
+}
+
+// Where a jump or call to `target` ends up: through a PLT entry ([endbr64] [bnd] jmp *slot(%rip),
+// the slot bound by the loader) to the function it stands for. 0 when it cannot be read.
+std::uintptr_t through_plt(std::uintptr_t target) noexcept {
+  for (int hop = 0; hop < 2; ++hop) {
+    if (!mapped(target, 11, true)) return hop == 0 ? 0 : target;
+    const auto* p = reinterpret_cast<const std::uint8_t*>(target);
+    std::size_t k = 0;
+    if (p[0] == 0xF3 && p[1] == 0x0F && p[2] == 0x1E && p[3] == 0xFA) k = 4;  // endbr64
+    if (p[k] == 0xF2) ++k;                                                     // bnd
+    if (p[k] != 0xFF || p[k + 1] != 0x25) return target;
+    const std::uintptr_t slot = target + k + 6 + static_cast<std::intptr_t>(read_i32(target + k + 2));
+    if (!mapped(slot, sizeof(std::uintptr_t), false)) return target;
+    std::memcpy(&target, reinterpret_cast<const void*>(slot), sizeof target);
+  }
+  return target;
+}
+
+bool is_primitive(std::uintptr_t address, primitive what) noexcept {
+  return address != 0 && (address == primitive_addresses[what][0] || address == primitive_addresses[what][1]);
+}
+
+// Whether the code of `s` jumps to `what` (jmp rel32, jmp rel8 out of the function, jmp
+// *slot(%rip)): the function tail-calls it. Every byte offset is tried (no instruction decoder):
+// a byte that only looks like a jump would have to land exactly on the primitive as well.
+bool jumps_to(function_span& s, primitive what) noexcept {
+  const std::uint32_t bit = 1u << what;
+  if ((s.tail_jumps.load(std::memory_order_relaxed) & bit) != 0) return true;
+  if (s.inlined_into[0] != '\0' || s.end - s.start < 2 || !mapped(s.start, s.end - s.start, true)) return false;
+  bool found = false;
+  for (std::uintptr_t at = s.start; at + 2 <= s.end && !found; ++at) {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(at);
+    std::uintptr_t target = 0;
+    if (p[0] == 0xE9 && at + 5 <= s.end) {
+      target = at + 5 + static_cast<std::intptr_t>(read_i32(at + 1));
+    } else if (p[0] == 0xEB) {
+      target = at + 2 + static_cast<std::int8_t>(p[1]);
+      if (target >= s.start && target < s.end) continue;  // a jump inside the function
+    } else if (p[0] == 0xFF && p[1] == 0x25 && at + 6 <= s.end) {
+      const std::uintptr_t slot = at + 6 + static_cast<std::intptr_t>(read_i32(at + 2));
+      if (mapped(slot, sizeof(std::uintptr_t), false)) std::memcpy(&target, reinterpret_cast<const void*>(slot), sizeof target);
+      found = is_primitive(target, what);
+      continue;
+    } else {
+      continue;
+    }
+    found = is_primitive(through_plt(target), what);
+  }
+  if (found) s.tail_jumps.fetch_or(bit, std::memory_order_relaxed);
+  return found;
+}
+
+// The function a filter names that tail-called the primitive of `site`: the instruction before
+// the primitive's return address is a call (call rel32, or call *slot(%rip)) of a function (or
+// of its PLT entry) whose code jumps to that primitive. x86-64 code only; null when there is none.
+function_span* tail_caller(const call_site& site) noexcept {
+  const std::uintptr_t ra = site.return_address;
+  if (!mapped(ra - 6, 6, true)) return nullptr;
+  const auto* p = reinterpret_cast<const std::uint8_t*>(ra);
+  std::uintptr_t target = 0;
+  if (p[-5] == 0xE8) {
+    target = ra + static_cast<std::intptr_t>(read_i32(ra - 4));
+  } else if (p[-6] == 0xFF && p[-5] == 0x15) {
+    const std::uintptr_t slot = ra + static_cast<std::intptr_t>(read_i32(ra - 4));
+    if (!mapped(slot, sizeof(std::uintptr_t), false)) return nullptr;
+    std::memcpy(&target, reinterpret_cast<const void*>(slot), sizeof target);
+  } else {
+    return nullptr;
+  }
+  target = through_plt(target);
+  if (target == 0 || is_primitive(target, site.what)) return nullptr;  // a direct call: no tail call
+  const unsigned n = span_count.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < n; ++i) {
+    function_span& s = spans[i];
+    if (target < s.start || target >= s.end || s.inlined_into[0] != '\0') continue;
+    if (jumps_to(s, site.what)) return &s;
+    // The jump may be in its cold part (f.cold, split into .text.unlikely).
+    for (unsigned k = 0; k < n; ++k) {
+      function_span& cold = spans[k];
+      if (&cold != &s && cold.inlined_into[0] == '\0' && std::strcmp(cold.base, s.base) == 0 &&
+          faultline::faults::is_cold_part(cold.name) && jumps_to(cold, site.what))
+        return &s;
+    }
+    return nullptr;
+  }
+  return nullptr;
+}
+
+void read_callers(frames& f, const call_site& site) noexcept {
+  if (function_span* t = tail_caller(site)) {  // first: it stood where the primitive's caller's frame is
+    f.add(*t);
+    f.tail_call = true;
+  }
+  const frames start = f;
   _Unwind_Backtrace(&collect, &f);
   if (f.unknown_module) {  // a module loaded since: read it, then look again
     scan_modules();
-    f = frames{};
+    f = start;
     _Unwind_Backtrace(&collect, &f);
   }
 }
 
-// One hit of `point`: the errno to fail with (wait points), else 0.
-int hit(const char* point) noexcept {
+// What the item's filter matched, for the print line and points.PID: the symbol (a clone, a
+// prefix's match), the tail-caller or the inlined copy; null when the filter named it exactly.
+void describe_match(const frames& f, const char* pattern, detail::fixed_string<320>& out) noexcept {
+  const char* at = std::strchr(pattern, '@');
+  if (at == nullptr) return;
+  const char* filter = at + 1;
+  for (int i = 0; i < f.count; ++i) {
+    const std::size_t n = std::strlen(filter);
+    const bool match = n > 0 && filter[n - 1] == '*' ? std::strncmp(filter, f.names[i], n - 1) == 0
+                                                     : std::strcmp(filter, f.names[i]) == 0;
+    if (!match) continue;
+    const function_span& s = *f.span_of[i];
+    const bool tail = f.tail_call && (i == 0 || (i == 1 && f.span_of[0] == &s));
+    if (std::strcmp(s.name, filter) == 0 && !tail && s.inlined_into[0] == '\0') return;
+    out.str(s.name);
+    if (tail) out.str(", a tail call");
+    if (s.inlined_into[0] != '\0') out.str(" inlined into ").str(s.inlined_into);
+    return;
+  }
+}
+
+// Items whose "reached via" line points.PID has.
+std::atomic<bool> via_recorded[16];
+
+// One hit of `point` by the call `site`: the errno to fail with (wait points), else 0.
+int hit(const char* point, const call_site& site) noexcept {
   frames f;
-  if (with_filters) read_callers(f);
+  if (with_filters) read_callers(f, site);
   const int item = items.find(spec_copy, point, with_filters ? f.names : nullptr);
   if (item < 0) return 0;
   const detail::point_term t = items.hit(item, &preload::draw, &preload::record_reached);
+  detail::fixed_string<320> via;
+  if (with_filters) describe_match(f, items.pattern(item), via);
+  const bool named = with_filters && via.c_str()[0] != '\0' && !via.overflowed();
+  if (named && item < 16 && !via_recorded[item].load(std::memory_order_relaxed) &&
+      !via_recorded[item].exchange(true, std::memory_order_relaxed)) {
+    detail::fixed_string<480> line;
+    line.str(items.pattern(item)).str(" in ").str(via.c_str());
+    if (!line.overflowed()) preload::record_reached(line.c_str());
+  }
   if (t.action == detail::point_action::fail) return t.code;
-  preload::act(t, point);
+  preload::act(t, point, named ? via.c_str() : nullptr);
   return 0;
 }
 
@@ -343,7 +590,17 @@ void resolve() noexcept {
     ++filter_count;
   });
   with_filters = filter_count > 0;
-  if (with_filters) scan_modules();
+  if (with_filters) {
+    detail::for_each_inlined_site(std::getenv(detail::inlined_env), [](const detail::inlined_site& site) {
+      if (inlined_count < max_inlined && filter_matches(site.function)) inlined[inlined_count++] = site;
+    });
+    const detail::dlsym_fn lookup = detail::glibc_dlsym();
+    for (unsigned k = 0; k < primitive_count; ++k) {
+      primitive_addresses[k][0] = reinterpret_cast<std::uintptr_t>(lookup != nullptr ? lookup(RTLD_DEFAULT, primitive_names[k]) : nullptr);
+      primitive_addresses[k][1] = reinterpret_cast<std::uintptr_t>(detail::next_symbol(primitive_names[k]));
+    }
+    scan_modules();
+  }
   preload::open_points_file(dir);
   preload::seed_points(std::getenv("FAULTLINE_SEED"));
   active = true;
@@ -351,50 +608,51 @@ void resolve() noexcept {
 
 // A sem_ or pthread_mutex_ call that waits: wait point, the call, acquired point.
 template <class Object, class Call>
-int waiting(Object* o, const char* wait_point, const char* acquired_point, bool errno_style, Call call) {
+int waiting(Object* o, const char* wait_point, const char* acquired_point, bool errno_style, const call_site& site,
+            Call call) {
   if (!active || o == nullptr || !shared(o)) return call();
-  if (const int err = hit(wait_point); err != 0) {
+  if (const int err = hit(wait_point, site); err != 0) {
     if (!errno_style) return err;
     errno = err;
     return -1;
   }
   const int r = call();
-  if (r == 0 || (!errno_style && r == EOWNERDEAD)) (void)hit(acquired_point);
+  if (r == 0 || (!errno_style && r == EOWNERDEAD)) (void)hit(acquired_point, site);
   return r;
 }
 
 // A try: no wait, the acquired point when it took the lock.
 template <class Object, class Call>
-int trying(Object* o, const char* acquired_point, bool errno_style, Call call) {
+int trying(Object* o, const char* acquired_point, bool errno_style, const call_site& site, Call call) {
   const int r = call();
-  if (active && o != nullptr && shared(o) && (r == 0 || (!errno_style && r == EOWNERDEAD))) (void)hit(acquired_point);
+  if (active && o != nullptr && shared(o) && (r == 0 || (!errno_style && r == EOWNERDEAD))) (void)hit(acquired_point, site);
   return r;
 }
 
 // A release: the point, then the call.
 template <class Object, class Call>
-int releasing(Object* o, const char* point, Call call) {
-  if (active && o != nullptr && shared(o)) (void)hit(point);
+int releasing(Object* o, const char* point, const call_site& site, Call call) {
+  if (active && o != nullptr && shared(o)) (void)hit(point, site);
   return call();
 }
 
 // A file lock request (flock, lockf, fcntl) by what it does.
 enum class file_op { release, wait, attempt, other };
 
-int file_lock(file_op op, auto call) {
+int file_lock(file_op op, const call_site& site, auto call) {
   if (!active || op == file_op::other) return call();
   if (op == file_op::release) {
-    (void)hit("lock/file/release");
+    (void)hit("lock/file/release", site);
     return call();
   }
   if (op == file_op::wait) {
-    if (const int err = hit("lock/file/wait"); err != 0) {
+    if (const int err = hit("lock/file/wait", site); err != 0) {
       errno = err;
       return -1;
     }
   }
   const int r = call();
-  if (r == 0) (void)hit("lock/file/acquired");
+  if (r == 0) (void)hit("lock/file/acquired", site);
   return r;
 }
 
@@ -410,53 +668,56 @@ file_op fcntl_op(int cmd, void* arg) {
 }  // namespace
 
 #define FAULTLINE_EXPORT extern "C" [[gnu::visibility("default")]]
+// The call a wrapper stands for: the primitive and where it returns to.
+#define FAULTLINE_CALL_SITE(what) \
+  call_site { what, reinterpret_cast<std::uintptr_t>(__builtin_extract_return_addr(__builtin_return_address(0))) }
 
 FAULTLINE_EXPORT int sem_wait(sem_t* s) {
   resolve();
-  return waiting(s, "lock/sem/wait", "lock/sem/acquired", true, [&] { return real.sem_wait(s); });
+  return waiting(s, "lock/sem/wait", "lock/sem/acquired", true, FAULTLINE_CALL_SITE(p_sem_wait), [&] { return real.sem_wait(s); });
 }
 FAULTLINE_EXPORT int sem_timedwait(sem_t* s, const timespec* t) {
   resolve();
-  return waiting(s, "lock/sem/wait", "lock/sem/acquired", true, [&] { return real.sem_timedwait(s, t); });
+  return waiting(s, "lock/sem/wait", "lock/sem/acquired", true, FAULTLINE_CALL_SITE(p_sem_timedwait), [&] { return real.sem_timedwait(s, t); });
 }
 FAULTLINE_EXPORT int sem_clockwait(sem_t* s, clockid_t c, const timespec* t) {
   resolve();
-  return waiting(s, "lock/sem/wait", "lock/sem/acquired", true, [&] { return real.sem_clockwait(s, c, t); });
+  return waiting(s, "lock/sem/wait", "lock/sem/acquired", true, FAULTLINE_CALL_SITE(p_sem_clockwait), [&] { return real.sem_clockwait(s, c, t); });
 }
 FAULTLINE_EXPORT int sem_trywait(sem_t* s) {
   resolve();
-  return trying(s, "lock/sem/acquired", true, [&] { return real.sem_trywait(s); });
+  return trying(s, "lock/sem/acquired", true, FAULTLINE_CALL_SITE(p_sem_trywait), [&] { return real.sem_trywait(s); });
 }
 FAULTLINE_EXPORT int sem_post(sem_t* s) {
   resolve();
-  return releasing(s, "lock/sem/release", [&] { return real.sem_post(s); });
+  return releasing(s, "lock/sem/release", FAULTLINE_CALL_SITE(p_sem_post), [&] { return real.sem_post(s); });
 }
 FAULTLINE_EXPORT int pthread_mutex_lock(pthread_mutex_t* m) {
   resolve();
-  return waiting(m, "lock/mutex/wait", "lock/mutex/acquired", false, [&] { return real.lock(m); });
+  return waiting(m, "lock/mutex/wait", "lock/mutex/acquired", false, FAULTLINE_CALL_SITE(p_mutex_lock), [&] { return real.lock(m); });
 }
 FAULTLINE_EXPORT int pthread_mutex_timedlock(pthread_mutex_t* m, const timespec* t) {
   resolve();
-  return waiting(m, "lock/mutex/wait", "lock/mutex/acquired", false, [&] { return real.timedlock(m, t); });
+  return waiting(m, "lock/mutex/wait", "lock/mutex/acquired", false, FAULTLINE_CALL_SITE(p_mutex_timedlock), [&] { return real.timedlock(m, t); });
 }
 FAULTLINE_EXPORT int pthread_mutex_clocklock(pthread_mutex_t* m, clockid_t c, const timespec* t) {
   resolve();
-  return waiting(m, "lock/mutex/wait", "lock/mutex/acquired", false, [&] { return real.clocklock(m, c, t); });
+  return waiting(m, "lock/mutex/wait", "lock/mutex/acquired", false, FAULTLINE_CALL_SITE(p_mutex_clocklock), [&] { return real.clocklock(m, c, t); });
 }
 FAULTLINE_EXPORT int pthread_mutex_trylock(pthread_mutex_t* m) {
   resolve();
-  return trying(m, "lock/mutex/acquired", false, [&] { return real.trylock(m); });
+  return trying(m, "lock/mutex/acquired", false, FAULTLINE_CALL_SITE(p_mutex_trylock), [&] { return real.trylock(m); });
 }
 FAULTLINE_EXPORT int pthread_mutex_unlock(pthread_mutex_t* m) {
   resolve();
-  return releasing(m, "lock/mutex/release", [&] { return real.unlock(m); });
+  return releasing(m, "lock/mutex/release", FAULTLINE_CALL_SITE(p_mutex_unlock), [&] { return real.unlock(m); });
 }
 FAULTLINE_EXPORT int flock(int fd, int op) {
   resolve();
   const file_op what = (op & LOCK_UN) != 0 ? file_op::release
                        : (op & (LOCK_SH | LOCK_EX)) != 0 ? ((op & LOCK_NB) != 0 ? file_op::attempt : file_op::wait)
                                                          : file_op::other;
-  return file_lock(what, [&] { return real.flock(fd, op); });
+  return file_lock(what, FAULTLINE_CALL_SITE(p_flock), [&] { return real.flock(fd, op); });
 }
 FAULTLINE_EXPORT int lockf(int fd, int cmd, off_t len) {
   resolve();
@@ -464,7 +725,7 @@ FAULTLINE_EXPORT int lockf(int fd, int cmd, off_t len) {
                        : cmd == F_LOCK ? file_op::wait
                        : cmd == F_TLOCK ? file_op::attempt
                                         : file_op::other;
-  return file_lock(what, [&] { return real.lockf(fd, cmd, len); });
+  return file_lock(what, FAULTLINE_CALL_SITE(p_lockf), [&] { return real.lockf(fd, cmd, len); });
 }
 // fcntl's third argument is an int or a pointer; both travel in one register.
 FAULTLINE_EXPORT int fcntl(int fd, int cmd, ...) {
@@ -473,7 +734,7 @@ FAULTLINE_EXPORT int fcntl(int fd, int cmd, ...) {
   va_start(ap, cmd);
   void* arg = va_arg(ap, void*);
   va_end(ap);
-  return file_lock(fcntl_op(cmd, arg), [&] { return real.fcntl(fd, cmd, arg); });
+  return file_lock(fcntl_op(cmd, arg), FAULTLINE_CALL_SITE(p_fcntl), [&] { return real.fcntl(fd, cmd, arg); });
 }
 FAULTLINE_EXPORT int fcntl64(int fd, int cmd, ...) {
   resolve();
@@ -481,5 +742,5 @@ FAULTLINE_EXPORT int fcntl64(int fd, int cmd, ...) {
   va_start(ap, cmd);
   void* arg = va_arg(ap, void*);
   va_end(ap);
-  return file_lock(fcntl_op(cmd, arg), [&] { return real.fcntl64 != nullptr ? real.fcntl64(fd, cmd, arg) : real.fcntl(fd, cmd, arg); });
+  return file_lock(fcntl_op(cmd, arg), FAULTLINE_CALL_SITE(p_fcntl64), [&] { return real.fcntl64 != nullptr ? real.fcntl64(fd, cmd, arg) : real.fcntl(fd, cmd, arg); });
 }

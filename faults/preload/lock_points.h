@@ -17,7 +17,13 @@
 // (its name in the ELF symbol table: .symtab, else the .symtab of the separate debug file a
 // stripped module names (.gnu_debuglink, build id), else .dynsym; so static and hidden functions count: lock/sem/acquired@lock_shrreg; a trailing '*' takes a prefix; C++
 // functions by their mangled name). Each module's table is read once: at start for the modules
-// loaded then, for a dlopen'ed one when a frame first falls in it.
+// loaded then, for a dlopen'ed one when a frame first falls in it. Optimized code (issue 39): a
+// filter names the function's compiler clones (f.isra.0, f.constprop.0, f.part.0, f.cold), a
+// call of it that tail-called the lock call (the instruction before the lock call's return
+// address calls f, and f's code jumps to that lock call: x86-64 code, one level), and the inlined
+// copies of it that `faultline exec` found in the DWARF (FAULTLINE_INLINED,
+// detail/inlined_sites.h). The print line and points.PID say what matched ("reached in
+// give_slot.isra.0, a tail call").
 // Calls libc makes inside itself are not seen. x86-64 glibc (the process-shared tests read
 // glibc's sem_t and pthread_mutex_t layouts).
 #pragma once

@@ -209,5 +209,98 @@ TEST(lock_points, faultline_exec_refuses_functions_the_program_does_not_have) {
   }
 }
 
+// Issue 39: on code GCC optimized (testing/optimized_locks.c, -O2), a filter names the source
+// function, whatever the compiler made of it. What `faultline exec` runs, with the check before
+// run 1 and its inlined sites; returns its exit status, the runs' logs and points.PID files, and
+// the command's stderr.
+struct exec_result {
+  int code = -1;
+  std::string logs, points, err;
+};
+
+exec_result exec_program(const testing::preload_runner& r, const std::string& spec, const std::string& command) {
+  const std::string out = (r.dir() / "campaign").string();
+  const std::string err = (r.dir() / "exec-err.txt").string();
+  const std::string cmd = std::string(FAULTLINE_CLI) + " exec --keep all --out " + out + " --faults '" + spec + "' -- " +
+                          command + " > /dev/null 2> " + err;
+  const int status = std::system(cmd.c_str());
+  exec_result x;
+  x.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  x.err = testing::slurp(err);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.ends_with(".log")) x.logs += testing::slurp(e.path());
+    if (name.rfind("points.", 0) == 0) x.points += testing::slurp(e.path());
+  }
+  std::filesystem::remove_all(out, ec);
+  return x;
+}
+
+// give_slot is in .symtab only as give_slot.isra.0, and it ends in `jmp sem_post`: no frame names
+// it while sem_post runs. Before: refused before run 1 ("no function give_slot"), and with the
+// check passed by, never reached.
+TEST(lock_points, a_filter_matches_a_compiler_clone_that_tail_calls_the_lock) {
+  if (std::string(FAULTLINE_OPTIMIZED_LOCKS).empty()) GTEST_SKIP() << "built only with GCC (its clone names)";
+  testing::preload_runner r(preload);
+  const std::string program = FAULTLINE_OPTIMIZED_LOCKS;
+  auto f = r.run("lock/sem/release@give_slot=print", {program, "isra"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "isra wait=0 release=0\n");
+  EXPECT_EQ(count(f.err, "fault point lock/sem/release reached in give_slot.isra.0, a tail call (injected: print)"), 1u)
+      << f.err;
+  EXPECT_EQ(r.reached(f.pid), "lock/sem/release@give_slot\nlock/sem/release@give_slot in give_slot.isra.0, a tail call\n");
+  // The clone's own name, and kill: the semaphore is left unposted by a dead process.
+  auto g = r.run("lock/sem/release@give_slot.isra.0=kill", {program, "isra"});
+  ASSERT_TRUE(WIFSIGNALED(g.status)) << g.err;
+  EXPECT_EQ(WTERMSIG(g.status), SIGKILL);
+  // Not every sem_post: main's own sem_wait (acquired) is not give_slot's.
+  auto h = r.run("lock/sem/acquired@give_slot=print", {program, "isra"});
+  EXPECT_EQ(count(h.err, "fault point"), 0u) << h.err;
+  // The command accepts the filter and runs it.
+  const exec_result x = exec_program(r, "lock/sem/release@give_slot=print", program + " isra");
+  EXPECT_EQ(x.code, 0) << x.err;
+  EXPECT_NE(x.logs.find("reached in give_slot.isra.0, a tail call"), std::string::npos) << x.logs << x.err;
+}
+
+// settle_slot posts only on its unlikely path, which GCC moved to settle_slot.cold: the frame
+// that calls sem_post is in the cold part. Before: that frame's name was not settle_slot.
+TEST(lock_points, a_filter_matches_the_cold_part_split_from_a_function) {
+  if (std::string(FAULTLINE_OPTIMIZED_LOCKS).empty()) GTEST_SKIP() << "built only with GCC (its clone names)";
+  testing::preload_runner r(preload);
+  auto f = r.run("lock/sem/release@settle_slot=print", {FAULTLINE_OPTIMIZED_LOCKS, "cold"});
+  ASSERT_TRUE(exited_0(f)) << f.err;
+  EXPECT_EQ(f.out, "cold settle=0\n");
+  EXPECT_EQ(count(f.err, "fault point lock/sem/release reached in settle_slot.cold (injected: print)"), 1u) << f.err;
+}
+
+// take_inline has no symbol: GCC inlined it into first_taker and second_taker. With DWARF the
+// command finds both copies before run 1 and the filter matches at each; without, it refuses the
+// item before run 1, says why, and names the functions to name instead. Before: refused both
+// times as "no function take_inline", with no reason.
+TEST(lock_points, a_filter_matches_an_inlined_function_where_the_dwarf_says_and_is_refused_with_the_reason_without) {
+  if (std::string(FAULTLINE_OPTIMIZED_LOCKS).empty()) GTEST_SKIP() << "built only with GCC (its clone names)";
+  testing::preload_runner r(preload);
+  const exec_result x = exec_program(r, "lock/sem/acquired@take_inline=print", std::string(FAULTLINE_OPTIMIZED_LOCKS_G) + " inline");
+  ASSERT_EQ(x.code, 0) << x.err;
+  EXPECT_NE(x.logs.find("inline first=0 second=0"), std::string::npos) << x.logs;
+  EXPECT_EQ(count(x.logs, "fault point lock/sem/acquired reached in take_inline inlined into first_taker"), 1u) << x.logs;
+  EXPECT_EQ(count(x.logs, "fault point lock/sem/acquired reached in take_inline inlined into second_taker"), 1u) << x.logs;
+  EXPECT_NE(x.points.find("lock/sem/acquired@take_inline\n"), std::string::npos) << x.points;
+
+  const std::string plain = FAULTLINE_OPTIMIZED_LOCKS;
+  const exec_result y = exec_program(r, "lock/sem/acquired@take_inline=print", plain + " inline");
+  EXPECT_EQ(y.code, 2) << y.err;
+  EXPECT_NE(y.err.find("lock/sem/acquired@take_inline: no function take_inline in " + plain), std::string::npos) << y.err;
+  EXPECT_NE(y.err.find("Without DWARF (.debug_info) nothing shows where a function was inlined"), std::string::npos) << y.err;
+  EXPECT_NE(y.err.find("that call sem_clockwait, sem_timedwait, sem_trywait, sem_wait: first_taker, main, second_taker)"),
+            std::string::npos)
+      << y.err;
+  // A name in neither the symbols nor the DWARF: the ordinary refusal, with the nearest name.
+  const exec_result z = exec_program(r, "lock/sem/acquired@take_inlin=print", std::string(FAULTLINE_OPTIMIZED_LOCKS_G) + " inline");
+  EXPECT_EQ(z.code, 2) << z.err;
+  EXPECT_NE(z.err.find("no inlined copy of it in their DWARF"), std::string::npos) << z.err;
+}
+
 }  // namespace
 }  // namespace faultline::agent

@@ -97,7 +97,7 @@ std::uint64_t draw() noexcept {
   return point_rng.next();
 }
 
-void act(const detail::point_term& t, const char* name) noexcept {
+void act(const detail::point_term& t, const char* name, const char* where) noexcept {
   switch (t.action) {
     case detail::point_action::off:
     case detail::point_action::fail:      // the caller's: only a call can answer an error
@@ -108,7 +108,9 @@ void act(const detail::point_term& t, const char* name) noexcept {
       break;
     case detail::point_action::print: {
       detail::fd_writer err(STDERR_FILENO);
-      err.str("faultline: fault point ").str(name).str(" reached (injected: print)\n");
+      err.str("faultline: fault point ").str(name).str(" reached");
+      if (where != nullptr) err.str(" in ").str(where);
+      err.str(" (injected: print)\n");
       break;
     }
     case detail::point_action::abort:

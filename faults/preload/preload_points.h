@@ -32,7 +32,9 @@ std::uint64_t draw() noexcept;
 
 /// Acts on a term that fired at the point `name`: delay sleeps, abort and kill end the process,
 /// stop stops it (SIGSTOP) until it is continued or killed, print says so on stderr. fail and teardown are the caller's (they mean something only to the
-/// call the point stands before); off does nothing.
-void act(const detail::point_term& t, const char* name) noexcept;
+/// call the point stands before); off does nothing. `where` (may be null): what the item's filter
+/// matched, when it was not the name written (a lock/ point's clone, tail-caller or inlined copy),
+/// named on the print line.
+void act(const detail::point_term& t, const char* name, const char* where = nullptr) noexcept;
 
 }  // namespace faultline::agent::preload

@@ -45,6 +45,9 @@
 //                term then fires). Written by the fault engine (faultline::faults) and by the
 //                preloaded agent for its own points (exit/start, exit/end, cuda/<API>). A spec item that no
 //                process of any run reached names a point that does not exist or is never hit.
+//                A lock/ item whose @function filter matched something not named exactly so (a
+//                clone, a tail-caller, an inlined copy) adds, the first time, "PATTERN in WHAT"
+//                ("lock/sem/release@give_slot in give_slot.isra.0, a tail call").
 //   late-cuda.PID  written by the preloaded agent when it is also the process's CUDA injection
 //                library (CUDA_INJECTION64_PATH, set by `faultline exec`): once main has returned
 //                or exit() has begun, every CUDA runtime call answered cudaErrorCudartUnloading

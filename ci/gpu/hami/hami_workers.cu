@@ -5,7 +5,16 @@
 // updates its usage on every allocation (add_gpu_device_memory_usage), reading every other
 // worker's usage first (the memory limit's check). Nothing here knows of faultline or HAMi-core.
 //
-//   hami_workers [--procs N] [--seconds S] [--mib M] [--stall-s T]
+//   hami_workers [--procs N] [--seconds S] [--mib M] [--stall-s T] [--entry-points]
+//
+// Every CUDA call goes through the runtime (cudart: static as nvcc links it by default, or shared
+// with `nvcc -cudart shared`, as hami-carry.sh builds hami_workers_shared), the way HAMi-core's
+// users' programs call CUDA: the runtime finds the driver's functions through dlsym and
+// cuGetProcAddress, which HAMi-core's dlsym hook answers. --entry-points: each worker prints,
+// once its context exists, which module the runtime's driver entry points resolve into
+// (cudaGetDriverEntryPointByVersion, then dladdr): "entry cuInit libvgpu.so" when HAMi-core's own
+// functions stand there, "libcuda.so.1" when the driver's do (issue 39, item 4: the record says
+// which entry points the worker's calls go through).
 //
 // The parent starts N workers (itself, exec'd with --worker), reaps each as it ends (a killed
 // worker is never left a zombie, which a liveness check could read as alive), and prints how each
@@ -16,6 +25,7 @@
 // (a fault point's kill) is not a failure of this program; what it leaves behind for the others is
 // what is measured.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,6 +49,7 @@ struct options {
   std::size_t mib = 64;
   double stall_s = 5.0;
   bool worker = false;
+  bool entry_points = false;
 };
 
 double seconds_since(clock_type::time_point t) {
@@ -59,6 +70,8 @@ bool parse(int argc, char** argv, options& o) {
       o.mib = static_cast<std::size_t>(std::atol(argv[++i]));
     } else if (a == "--stall-s" && has_value) {
       o.stall_s = std::atof(argv[++i]);
+    } else if (a == "--entry-points") {
+      o.entry_points = true;
     } else {
       std::fprintf(stderr, "hami_workers: unknown or incomplete argument '%s'\n", a.c_str());
       return false;
@@ -78,6 +91,25 @@ int work(const options& o) {
   if (e != cudaSuccess) {
     std::fprintf(stderr, "hami_workers: worker %d: context: %s\n", getpid(), cudaGetErrorName(e));
     return 1;
+  }
+  if (o.entry_points) {
+    // Where the runtime's calls land: the module of each driver entry point it would use, and of
+    // what a plain dlsym(RTLD_DEFAULT) finds (the symbol a program linked to libcuda binds to).
+    for (const char* name : {"cuInit", "cuGetProcAddress", "cuMemAlloc_v2", "cuMemFree_v2", "cuDevicePrimaryCtxRetain"}) {
+      void* fn = nullptr;
+      cudaDriverEntryPointQueryResult status{};
+      const cudaError_t r = cudaGetDriverEntryPointByVersion(name, &fn, CUDART_VERSION, cudaEnableDefault, &status);
+      Dl_info info{}, plain{};
+      const bool named = r == cudaSuccess && fn != nullptr && dladdr(fn, &info) != 0 && info.dli_fname != nullptr;
+      void* bound = dlsym(RTLD_DEFAULT, name);
+      const bool bound_named = bound != nullptr && dladdr(bound, &plain) != 0 && plain.dli_fname != nullptr;
+      const char* module = named ? std::strrchr(info.dli_fname, '/') : nullptr;
+      const char* bound_module = bound_named ? std::strrchr(plain.dli_fname, '/') : nullptr;
+      std::printf("worker %d: entry %s runtime=%s dlsym=%s\n", getpid(), name,
+                  named ? (module != nullptr ? module + 1 : info.dli_fname) : (r == cudaSuccess ? "none" : cudaGetErrorName(r)),
+                  bound_named ? (bound_module != nullptr ? bound_module + 1 : plain.dli_fname) : "none");
+    }
+    std::fflush(stdout);
   }
   double longest = 0;
   long allocations = 0;
@@ -112,8 +144,8 @@ int parent(const options& o, char** argv) {
   const std::string procs = std::to_string(o.procs), seconds = std::to_string(o.seconds),
                     mib = std::to_string(o.mib), stall = std::to_string(o.stall_s);
   for (int i = 0; i < o.procs; ++i) {
-    const char* args[] = {argv[0],         "--worker", "--seconds", seconds.c_str(), "--mib", mib.c_str(),
-                          "--stall-s",     stall.c_str(), nullptr};
+    const char* args[] = {argv[0],     "--worker",    "--seconds", seconds.c_str(), "--mib", mib.c_str(),
+                          "--stall-s", stall.c_str(), o.entry_points ? "--entry-points" : nullptr, nullptr};
     pid_t pid = 0;
     const int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, const_cast<char**>(args), environ);
     if (rc != 0) {

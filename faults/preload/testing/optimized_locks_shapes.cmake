@@ -1,0 +1,27 @@
+# cmake -DPROGRAM=... -DNM=... -DOBJDUMP=... -DDWARF=ON|OFF -P optimized_locks_shapes.cmake
+# Fails the build of fl_optimized_locks[_g] when the compiler did not give optimized_locks.c the
+# shapes its tests are about (testing/optimized_locks.c): a clone of give_slot that jumps to
+# sem_post, no symbol for the inlined take_inline, a cold part of settle_slot, and DWARF or none.
+execute_process(COMMAND ${NM} ${PROGRAM} OUTPUT_VARIABLE symbols RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "optimized_locks: ${NM} ${PROGRAM} failed")
+endif()
+foreach(wanted "give_slot\\.isra\\.[0-9]" "settle_slot\\.cold" " first_taker\n" " second_taker\n")
+  if(NOT symbols MATCHES "${wanted}")
+    message(FATAL_ERROR "optimized_locks: ${PROGRAM} has no symbol matching '${wanted}': the compiler did not clone, split or keep what the tests name")
+  endif()
+endforeach()
+if(symbols MATCHES "take_inline")
+  message(FATAL_ERROR "optimized_locks: ${PROGRAM} has a symbol take_inline: it was not inlined")
+endif()
+execute_process(COMMAND ${OBJDUMP} -d --no-show-raw-insn ${PROGRAM} OUTPUT_VARIABLE code)
+string(REGEX MATCH "<give_slot\\.isra\\.[0-9]+>:\n[^\n]*" first "${code}")
+if(NOT first MATCHES "jmp[^\n]*<sem_post")
+  message(FATAL_ERROR "optimized_locks: give_slot's clone does not start with a tail call of sem_post: '${first}'")
+endif()
+execute_process(COMMAND ${OBJDUMP} -h ${PROGRAM} OUTPUT_VARIABLE sections)
+if(DWARF AND NOT sections MATCHES "\\.debug_info")
+  message(FATAL_ERROR "optimized_locks: ${PROGRAM} was to have DWARF")
+elseif(NOT DWARF AND sections MATCHES "\\.debug_info")
+  message(FATAL_ERROR "optimized_locks: ${PROGRAM} was to have no DWARF")
+endif()
