@@ -50,12 +50,19 @@ std::string result_text(int result) {
 // The API of a call's text: "ncclBroadcast" of "ncclBroadcast(count 8, float32, root 0)".
 std::string call_api(const std::string& call) { return call.substr(0, call.find('(')); }
 
-// "ncclAllGather #8": the run's front as a rank that issued it names it; "" when no rank did.
+// "ncclAllGather #8": the collective a waiting rank waits in. A record with no front (written
+// before there was one) waits in its last collective, as the verdict of that time judged it.
+std::string waiting_text(const nccl_rank_record& r) {
+  if (r.front == 0) return r.last_collective + " #" + std::to_string(r.collectives);
+  return (r.front_call.empty() ? "" : call_api(r.front_call) + " ") + "#" + std::to_string(r.front);
+}
+
+// The run's front as a rank that issued it names it; "" when there is none.
 std::string front_text(const std::vector<nccl_rank_record>& ranks) {
   for (const auto& r : ranks)
-    if (r.front != 0 && !r.front_call.empty()) return call_api(r.front_call) + " #" + std::to_string(r.front);
+    if (r.front != 0 && !r.front_call.empty()) return waiting_text(r);
   for (const auto& r : ranks)
-    if (r.front != 0) return "#" + std::to_string(r.front);
+    if (r.front != 0 || r.state == rank_state::in_collective) return waiting_text(r);
   return "";
 }
 
@@ -117,8 +124,9 @@ std::string rank_detail(const nccl_rank_record& r) {
   switch (r.state) {
     case rank_state::in_collective: {
       std::string text = r.desync ? "in #" + std::to_string(r.front) + " " + r.front_call + " (desync)"
-                                  : "in " + call_api(r.front_call) + " #" + std::to_string(r.front) + " (waiting)";
-      if (r.collectives > r.front) text += ", issued " + rank_collectives_text(r.collectives) + ", last " + r.last_collective;
+                                  : "in " + waiting_text(r) + " (waiting)";
+      if (r.front != 0 && r.collectives > r.front)
+        text += ", issued " + rank_collectives_text(r.collectives) + ", last " + r.last_collective;
       if (!fault.empty()) text += ", " + fault;
       return text;
     }
