@@ -12,7 +12,8 @@
 // A collective that was made is also written into the state's ring (its sequence numbers, its
 // arguments, its communicator), and, where a CUDA driver is loaded, followed by an event recorded
 // on its stream: the driver's functions are looked up once in the loaded libcuda (never loading
-// it), and 64 events per process are reused round the ring. Before each collective the oldest
+// it), and 64 events per process are reused round the ring; a collective inside a group gets its
+// event once the outermost ncclGroupEnd has enqueued the group. Before each collective the oldest
 // events not yet known complete are queried (usually one cuEventQuery), and `completed` moves on.
 // A rank blocked in a stream synchronize makes no more calls, so the first event recorded starts
 // one thread that sleeps on the file's `query_request` futex word; the runner bumps it at a
@@ -485,6 +486,19 @@ ncclResult_t call(nccl_api api, F*, A... args) noexcept {
   return r;
 }
 
+// Inside ncclGroupStart/ncclGroupEnd NCCL enqueues nothing until the outermost ncclGroupEnd: an
+// event recorded after a collective there would mark the stream before the collective's work.
+// Its event waits for that ncclGroupEnd. (NCCL's groups are per thread; PyTorch calls them from
+// one: a process-wide depth.)
+struct grouped_collective {
+  std::uint32_t seq;
+  void* stream;
+};
+constexpr std::uint32_t max_grouped = 64;  // beyond: no event of its own (a later one decides)
+std::atomic<std::uint32_t> group_depth{0};
+grouped_collective grouped[max_grouped];
+std::uint32_t grouped_count = 0;
+
 // One collective: numbered and recorded when it is made, followed by an event on its stream.
 template <class F, class... A>
 ncclResult_t collective(nccl_api api, const collective_args& what, nccl_stream_t stream, F*, A... args) noexcept {
@@ -493,9 +507,25 @@ ncclResult_t collective(nccl_api api, const collective_args& what, nccl_stream_t
   if (!before(api, result, &what)) return static_cast<ncclResult_t>(result);
   const ncclResult_t r = f != nullptr ? f(args...) : static_cast<ncclResult_t>(no_library);
   nccl_rank_state& s = rank_state();
-  if (r == ncclSuccess && file_backed) follow_completion(s, load(s.collectives), stream);
+  if (r == ncclSuccess && file_backed) {
+    if (group_depth.load(std::memory_order_relaxed) == 0) follow_completion(s, load(s.collectives), stream);
+    else if (grouped_count < max_grouped) grouped[grouped_count++] = {load(s.collectives), stream};
+  }
   __atomic_store_n(&s.in_call, 0u, __ATOMIC_RELEASE);
   return r;
+}
+
+// The outermost ncclGroupEnd returned: the group's collectives are enqueued, their events follow.
+void end_group(ncclResult_t r) noexcept {
+  std::uint32_t depth = group_depth.load(std::memory_order_relaxed);
+  if (depth == 0) return;
+  group_depth.store(--depth, std::memory_order_relaxed);
+  if (depth != 0) return;
+  const std::uint32_t n = grouped_count;
+  grouped_count = 0;
+  if (r != ncclSuccess && r != ncclInProgress) return;
+  nccl_rank_state& s = rank_state();
+  for (std::uint32_t i = 0; i < n; ++i) follow_completion(s, grouped[i].seq, grouped[i].stream);
 }
 
 constexpr std::uint32_t no_op = agent::nccl_no_op;
@@ -537,8 +567,16 @@ FL_NCCL_EXPORT ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t ty
                                      nccl_stream_t stream) {
   return call(nccl_api::recv, &ncclRecv, recv, count, type, peer, comm, stream);
 }
-FL_NCCL_EXPORT ncclResult_t ncclGroupStart() { return call(nccl_api::group_start, &ncclGroupStart); }
-FL_NCCL_EXPORT ncclResult_t ncclGroupEnd() { return call(nccl_api::group_end, &ncclGroupEnd); }
+FL_NCCL_EXPORT ncclResult_t ncclGroupStart() {
+  const ncclResult_t r = call(nccl_api::group_start, &ncclGroupStart);
+  if (r == ncclSuccess) group_depth.fetch_add(1, std::memory_order_relaxed);
+  return r;
+}
+FL_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
+  const ncclResult_t r = call(nccl_api::group_end, &ncclGroupEnd);
+  end_group(r);
+  return r;
+}
 FL_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
   agent::nccl_comm_entry* c = note_init(nranks, rank, id);
   const ncclResult_t r = call(nccl_api::comm_init_rank, &ncclCommInitRank, comm, nranks, id, rank);

@@ -309,6 +309,19 @@ TEST(nccl_steps_exec, a_stopped_rank_is_named_at_the_first_collective_it_never_i
   EXPECT_NE(r.results.find("\"completed\":7"), std::string::npos) << r.results;
 }
 
+// The same with each step's collectives in a group: NCCL enqueues them at ncclGroupEnd, so an
+// event recorded right after each call would mark the stream before their work and count them
+// complete (completed 9). The agent records them after the group: completed 7.
+TEST(nccl_steps_exec, collectives_in_a_group_are_complete_only_once_the_group_ran) {
+  const own_dir dir;
+  const steps_run r = exec_steps(dir, "nccl/ncclAllGather@rank=2=3*off->stop", "3s", "--nranks 4 --steps 6 --grouped");
+  EXPECT_NE(r.text.find("hang: rank 2 outside ncclAllGather #8 (stopped by nccl/ncclAllGather), ranks 0,1,3 waiting in it"),
+            std::string::npos)
+      << r.text;
+  EXPECT_GE(testing::count(r.results, "\"completed\":7"), 3u) << r.results;  // ranks 0, 1, 3 (and 2, if its last poll saw #7)
+  EXPECT_EQ(r.results.find("\"completed\":9"), std::string::npos) << r.results;
+}
+
 // Rank 1 sleeps in the point's delay before its second broadcast, #14, past the run's timeout.
 TEST(nccl_steps_exec, a_delayed_rank_is_named_asleep_in_the_points_delay) {
   const own_dir dir;

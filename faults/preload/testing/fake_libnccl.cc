@@ -26,6 +26,7 @@
 #include <ctime>
 #include <functional>
 #include <new>
+#include <vector>
 
 #include "faults/preload/nccl_api.h"
 
@@ -164,6 +165,13 @@ launch_host_fn host_launcher() {
   return f;
 }
 
+int group_depth = 0;  // ncclGroupStart calls not yet ended
+struct grouped_work {
+  nccl_stream_t stream;
+  std::function<void()>* work;
+};
+std::vector<grouped_work> grouped;  // enqueued at the outermost ncclGroupEnd
+
 void run_enqueued(void* work) {
   auto* w = static_cast<std::function<void()>*>(work);
   (*w)();
@@ -181,6 +189,10 @@ ncclResult_t collective(ncclComm* c, const collective_desc& d, const void* send,
   if (launch == nullptr) return run_collective(c, d, send, bytes, read);
   auto* work = new (std::nothrow) std::function<void()>([c, d, send, bytes, read] { run_collective(c, d, send, bytes, read); });
   if (work == nullptr) return ncclSystemError;
+  if (group_depth > 0) {
+    grouped.push_back({stream, work});
+    return ncclSuccess;
+  }
   if (launch(stream, &run_enqueued, work) != 0) {
     delete work;
     return ncclUnhandledCudaError;
@@ -368,9 +380,21 @@ FAKE_NCCL ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, i
   return ncclSuccess;
 }
 
-// Calls are synchronous here: a group only brackets them.
-FAKE_NCCL ncclResult_t ncclGroupStart() { return ncclSuccess; }
-FAKE_NCCL ncclResult_t ncclGroupEnd() { return ncclSuccess; }
+// A group, as NCCL's: collectives on a stream inside it are enqueued only at the outermost
+// ncclGroupEnd (each still a collective of its own, in order). On the null stream they run in the
+// call, as ever. Per process: the test programs call groups from one thread.
+FAKE_NCCL ncclResult_t ncclGroupStart() {
+  ++group_depth;
+  return ncclSuccess;
+}
+FAKE_NCCL ncclResult_t ncclGroupEnd() {
+  if (group_depth == 0) return ncclInvalidUsage;
+  if (--group_depth != 0) return ncclSuccess;
+  launch_host_fn launch = host_launcher();
+  for (const grouped_work& g : grouped) launch(g.stream, &run_enqueued, g.work);
+  grouped.clear();
+  return ncclSuccess;
+}
 
 // For nccl_points_bench: ncclGroupStart under a name the agent never stands before (the baseline).
 FAKE_NCCL ncclResult_t fake_raw_ncclGroupStart() { return ncclSuccess; }

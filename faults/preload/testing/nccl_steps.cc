@@ -7,9 +7,12 @@
 // the rest of its step and waits in the synchronize, not in a collective, as under PyTorch.
 //
 //   fl_nccl_steps [--nranks N] [--steps N] [--every K] [--count N] [--desync RANK:STEP] [--hold]
+//                 [--grouped]
 //
 // --desync R:S  rank R skips the broadcast of step S (a planted desync: at that collective's number
 //               the others issue ncclBroadcast and R the next step's ncclAllGather).
+// --grouped     each step's collectives inside ncclGroupStart/ncclGroupEnd (NCCL, and the
+//               stand-in, enqueue them only at the ncclGroupEnd), as PyTorch coalesces them.
 // --hold        after the last step every rank waits for ever, its work complete (the runner's
 //               question at the deadline must find every collective complete).
 // The parent forks the ranks (RANK, LOCAL_RANK, WORLD_SIZE set in each) and waits as a launcher
@@ -46,6 +49,7 @@ struct options {
   int desync_rank = -1;
   int desync_step = -1;
   bool hold = false;
+  bool grouped = false;
 };
 
 bool parse(int argc, char** argv, options& o) {
@@ -59,6 +63,7 @@ bool parse(int argc, char** argv, options& o) {
     else if (a == "--desync" && v) {
       if (std::sscanf(argv[++i], "%d:%d", &o.desync_rank, &o.desync_step) != 2) return false;
     } else if (a == "--hold") o.hold = true;
+    else if (a == "--grouped") o.grouped = true;
     else return false;
   }
   return o.nranks >= 1 && o.nranks <= 8 && o.steps >= 0 && o.every >= 1 && o.count >= 1 && o.count <= 4096;
@@ -94,6 +99,7 @@ int run_rank(const options& o, int rank, int id_fd, const std::vector<int>& out_
     for (auto& x : shard) x = static_cast<float>(rank + step);
     for (auto& x : grads) x = static_cast<float>(rank + 1);
     for (auto& x : bcast) x = static_cast<float>(rank == 0 ? 100 + step : -1);
+    if (o.grouped) ncclGroupStart();
     if (ncclResult_t r = ncclAllGather(shard.data(), params.data(), n, ncclFloat, comm, s); r != ncclSuccess)
       return fail(rank, "ncclAllGather", r);
     if (ncclResult_t r = ncclReduceScatter(grads.data(), reduced.data(), n, ncclFloat, ncclSum, comm, s); r != ncclSuccess)
@@ -102,6 +108,9 @@ int run_rank(const options& o, int rank, int id_fd, const std::vector<int>& out_
     if (broadcast) {
       if (ncclResult_t r = ncclBroadcast(bcast.data(), bcast.data(), n, ncclFloat, 0, comm, s); r != ncclSuccess)
         return fail(rank, "ncclBroadcast", r);
+    }
+    if (o.grouped) {
+      if (ncclResult_t r = ncclGroupEnd(); r != ncclSuccess) return fail(rank, "ncclGroupEnd", r);
     }
     if (cuStreamSynchronize(stream) != 0) return 1;
     for (std::size_t r = 0; r < world; ++r) {
@@ -139,7 +148,8 @@ int main(int argc, char** argv) {
   options o;
   if (!parse(argc, argv, o)) {
     std::fprintf(stderr,
-                 "usage: %s [--nranks 1-8] [--steps N] [--every K] [--count 1-4096] [--desync RANK:STEP] [--hold]\n",
+                 "usage: %s [--nranks 1-8] [--steps N] [--every K] [--count 1-4096] [--desync RANK:STEP] [--hold] "
+                 "[--grouped]\n",
                  argv[0]);
     return 2;
   }
