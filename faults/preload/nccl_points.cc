@@ -8,6 +8,16 @@
 // The state lives in $FAULTLINE_RUN_DIR/nccl.PID, mapped shared and created at the process's first
 // NCCL call (a process that makes none leaves no file); without a run directory, or when the file
 // cannot be made, in memory, so that the counts and the rank filter still work.
+//
+// A collective that was made is also written into the state's ring (its sequence numbers, its
+// arguments, its communicator), and, where a CUDA driver is loaded, followed by an event recorded
+// on its stream: the driver's functions are looked up once in the loaded libcuda (never loading
+// it), and 64 events per process are reused round the ring; a collective inside a group gets its
+// event once the outermost ncclGroupEnd has enqueued the group. Before each collective the oldest
+// events not yet known complete are queried (usually one cuEventQuery), and `completed` moves on.
+// A rank blocked in a stream synchronize makes no more calls, so the first event recorded starts
+// one thread that sleeps on the file's `query_request` futex word; the runner bumps it at a
+// hang's deadline, and the thread queries the events and answers (`query_answer`).
 #include "faults/preload/nccl_points.h"
 
 #include <dlfcn.h>
@@ -15,6 +25,10 @@
 #include <link.h>
 #include <pthread.h>
 #include <sys/mman.h>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -60,11 +74,14 @@ std::atomic<std::int64_t> item_rank[api_count];
 constexpr std::int64_t not_looked_up = INT64_MIN;
 
 nccl_rank_state memory_state;                // the state when no file could be made
+bool file_backed = false;                    // the state is nccl.PID (the runner may ask it)
 std::atomic<nccl_rank_state*> state{nullptr};  // this process's state, made at its first call
 std::atomic_flag making = ATOMIC_FLAG_INIT;
 
 void store(std::uint32_t& field, std::uint32_t v) noexcept { __atomic_store_n(&field, v, __ATOMIC_RELAXED); }
 void store(std::int32_t& field, std::int32_t v) noexcept { __atomic_store_n(&field, v, __ATOMIC_RELAXED); }
+void store(std::uint64_t& field, std::uint64_t v) noexcept { __atomic_store_n(&field, v, __ATOMIC_RELAXED); }
+std::uint32_t load(const std::uint32_t& field) noexcept { return __atomic_load_n(&field, __ATOMIC_RELAXED); }
 std::uint32_t bump(std::uint32_t& field) noexcept { return __atomic_add_fetch(&field, 1, __ATOMIC_RELAXED); }
 
 int env_int(const char* name) noexcept {
@@ -95,6 +112,7 @@ nccl_rank_state* map_state_file(int pid) noexcept {
 nccl_rank_state* make_state() noexcept {
   const int pid = static_cast<int>(faultline::core::host_pid());
   nccl_rank_state* s = map_state_file(pid);
+  file_backed = s != nullptr;
   if (s == nullptr) {
     s = &memory_state;
     std::memset(s, 0, sizeof *s);
@@ -122,11 +140,191 @@ nccl_rank_state& rank_state() noexcept {
   return *s;
 }
 
+// --- Completion: CUDA events after each collective (see the file comment) ---
+
+// The driver's functions the agent uses, from the loaded libcuda (its C ABI: CUresult is an int,
+// CUevent, CUstream and CUcontext are pointers).
+using cu_event_create_fn = int (*)(void**, unsigned);
+using cu_event_record_fn = int (*)(void*, void*);
+using cu_event_query_fn = int (*)(void*);
+using cu_ctx_get_fn = int (*)(void**);
+using cu_ctx_set_fn = int (*)(void*);
+constexpr int cuda_success = 0;
+constexpr unsigned event_disable_timing = 0x2;  // CU_EVENT_DISABLE_TIMING
+constexpr std::uint32_t event_slots = 64;
+
+struct driver_functions {
+  cu_event_create_fn event_create = nullptr;
+  cu_event_record_fn event_record = nullptr;
+  cu_event_query_fn event_query = nullptr;
+  cu_ctx_get_fn ctx_get = nullptr;
+  cu_ctx_set_fn ctx_set = nullptr;
+};
+
+// 0: not looked up yet; 1: found; 2: no libcuda (or not all of them): no events in this process.
+std::atomic<int> driver_looked_up{0};
+driver_functions driver;
+
+struct event_slot {
+  void* event = nullptr;
+  std::uint32_t seq = 0;  // the collective it was last recorded after; 0: never
+};
+event_slot events[event_slots];  // guarded by events_lock
+void* events_context = nullptr;  // the context the events were made in
+std::atomic_flag events_lock = ATOMIC_FLAG_INIT;
+std::atomic<bool> watcher_started{false};
+
+bool look_up_driver() noexcept {
+  int seen = driver_looked_up.load(std::memory_order_acquire);
+  if (seen != 0) return seen == 1;
+  void* handle = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);  // never loads it
+  detail::dlsym_fn look = detail::glibc_dlsym();
+  bool found = false;
+  if (handle != nullptr && look != nullptr) {
+    driver.event_create = reinterpret_cast<cu_event_create_fn>(look(handle, "cuEventCreate"));
+    driver.event_record = reinterpret_cast<cu_event_record_fn>(look(handle, "cuEventRecord"));
+    driver.event_query = reinterpret_cast<cu_event_query_fn>(look(handle, "cuEventQuery"));
+    driver.ctx_get = reinterpret_cast<cu_ctx_get_fn>(look(handle, "cuCtxGetCurrent"));
+    driver.ctx_set = reinterpret_cast<cu_ctx_set_fn>(look(handle, "cuCtxSetCurrent"));
+    found = driver.event_create && driver.event_record && driver.event_query && driver.ctx_get && driver.ctx_set;
+  }
+  if (handle != nullptr) ::dlclose(handle);  // NOLOAD took a reference: the library stays loaded
+  driver_looked_up.store(found ? 1 : 2, std::memory_order_release);
+  return found;
+}
+
+void lock_events() noexcept {
+  while (events_lock.test_and_set(std::memory_order_acquire)) {
+  }
+}
+void unlock_events() noexcept { events_lock.clear(std::memory_order_release); }
+
+// Moves `completed` on past every collective whose event (or a later one's) has completed; stops
+// at the first that has not. A collective with no event of its own counts complete once a later
+// one is. Holds events_lock.
+void advance_completed(nccl_rank_state& s) noexcept {
+  const std::uint32_t issued = load(s.collectives);
+  std::uint32_t done = load(s.completed);
+  for (std::uint32_t x = done + 1, looked = 0; x <= issued && looked < event_slots; ++x, ++looked) {
+    const event_slot& e = events[x % event_slots];
+    if (e.event == nullptr || e.seq < x) continue;  // none for x: a later one decides
+    if (driver.event_query(e.event) != cuda_success) break;  // not ready (or an error): stop here
+    done = x;
+  }
+  store(s.completed, done);
+}
+
+long futex(std::uint32_t* word, int op, std::uint32_t value, const timespec* timeout = nullptr) noexcept {
+  return ::syscall(SYS_futex, word, op, value, timeout, nullptr, 0);
+}
+
+// The thread that answers the runner's requests (nccl_state.h: query_request): sleeps on the
+// shared file's futex word, never on anything of the program's.
+void* answer_queries(void* arg) noexcept {
+  auto* s = static_cast<nccl_rank_state*>(arg);
+  if (events_context != nullptr) driver.ctx_set(events_context);
+  std::uint32_t served = __atomic_load_n(&s->query_request, __ATOMIC_ACQUIRE);
+  for (;;) {
+    std::uint32_t asked = __atomic_load_n(&s->query_request, __ATOMIC_ACQUIRE);
+    if (asked == served) {
+      futex(&s->query_request, FUTEX_WAIT, served);
+      continue;
+    }
+    lock_events();
+    advance_completed(*s);
+    unlock_events();
+    served = asked;
+    __atomic_store_n(&s->query_answer, served, __ATOMIC_RELEASE);
+    futex(&s->query_answer, FUTEX_WAKE, INT32_MAX);
+  }
+  return nullptr;
+}
+
+void start_answering(nccl_rank_state& s) noexcept {
+  if (!file_backed || watcher_started.exchange(true, std::memory_order_acq_rel)) return;
+  pthread_attr_t attr;
+  if (::pthread_attr_init(&attr) != 0) return;
+  ::pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  ::pthread_attr_setstacksize(&attr, 64 * 1024);
+  pthread_t thread;
+  if (::pthread_create(&thread, &attr, &answer_queries, &s) == 0) __atomic_store_n(&s.answers, 1u, __ATOMIC_RELEASE);
+  ::pthread_attr_destroy(&attr);
+}
+
+// After collective `seq` was enqueued on `stream`: the oldest pending events are asked first, then
+// an event is recorded after it. Nothing without a driver or a current context.
+void follow_completion(nccl_rank_state& s, std::uint32_t seq, void* stream) noexcept {
+  if (!look_up_driver()) return;
+  void* context = nullptr;
+  if (driver.ctx_get(&context) != cuda_success || context == nullptr) return;
+  lock_events();
+  if (events_context == nullptr) events_context = context;
+  if (context == events_context) {
+    advance_completed(s);
+    event_slot& e = events[seq % event_slots];
+    if (e.event == nullptr && driver.event_create(&e.event, event_disable_timing) != cuda_success) e.event = nullptr;
+    if (e.event != nullptr && driver.event_record(e.event, stream) == cuda_success) {
+      e.seq = seq;
+      __atomic_store_n(&s.completion_known, 1u, __ATOMIC_RELEASE);
+    }
+  }
+  unlock_events();
+  if (load(s.completion_known) != 0) start_answering(s);
+}
+
+// --- The collectives' record ---
+
+// The communicator's id from its unique id: FNV-1a over its 128 bytes, never 0.
+std::uint64_t comm_id_of(const ncclUniqueId& id) noexcept {
+  std::uint64_t h = 1469598103934665603ull;
+  for (char c : id.internal) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h != 0 ? h : 1;
+}
+
+// What a collective is, as the ring keeps it.
+struct collective_args {
+  ncclComm_t comm;
+  std::uint64_t count;
+  int datatype;
+  int root;        // -1 for none
+  std::uint32_t op;  // agent::nccl_no_op for none
+};
+
+// The entry of this process's communicator `comm`, nullptr for one it did not see made.
+agent::nccl_comm_entry* comm_entry(nccl_rank_state& s, ncclComm_t comm) noexcept {
+  const auto handle = reinterpret_cast<std::uint64_t>(comm);
+  const std::uint32_t n = load(s.comm_count);
+  for (std::uint32_t i = 0; i < n && i < agent::nccl_comm_slots; ++i)
+    if (__atomic_load_n(&s.comm_table[i].handle, __ATOMIC_RELAXED) == handle) return &s.comm_table[i];
+  return nullptr;
+}
+
+// Collective number `seq` of the rank was made: its entry in the ring, seq stored last.
+void record_collective(nccl_rank_state& s, std::uint32_t seq, std::uint32_t id, const collective_args& a) noexcept {
+  agent::nccl_comm_entry* c = comm_entry(s, a.comm);
+  agent::nccl_collective_entry& e = s.ring[seq % agent::nccl_ring_size];
+  __atomic_store_n(&e.seq, 0u, __ATOMIC_RELAXED);
+  store(e.count, a.count);
+  store(e.comm, c != nullptr ? c->id : 0);
+  store(e.comm_seq, c != nullptr ? bump(c->collectives) : seq);
+  store(e.api, id);
+  store(e.datatype, static_cast<std::uint32_t>(a.datatype));
+  store(e.root, a.root);
+  store(e.op, a.op);
+  __atomic_store_n(&e.seq, seq, __ATOMIC_RELEASE);
+}
+
+
 // A forked child is a process of its own: a state of its own at its first call. (Its parent's
 // mapping stays mapped in it, unused.)
 void forget_in_child() noexcept {
   state.store(nullptr, std::memory_order_relaxed);
   making.clear(std::memory_order_relaxed);
+  // The parent's events are of its context, and its thread did not come along.
+  for (auto& e : events) e = event_slot{};
+  events_context = nullptr;
+  events_lock.clear(std::memory_order_relaxed);
+  watcher_started.store(false, std::memory_order_relaxed);
 }
 
 // The item that covers function `id` in this process, for its current rank; -1 for none.
@@ -146,36 +344,46 @@ int item_for(std::uint32_t id, const nccl_rank_state& s) noexcept {
 
 // What the point did, written before it acts (the rank may not live to write it after).
 void note_fault(nccl_rank_state& s, agent::nccl_fault_action what, std::uint32_t id, std::uint32_t call, int sig,
-                int result) noexcept {
+                int result, const char* item, std::uint64_t delay_ns) noexcept {
   store(s.fault_api, id);
   store(s.fault_call, call);
   store(s.fault_signal, sig);
   store(s.fault_result, result);
+  store(s.fault_delay_ns, delay_ns);
+  std::size_t n = 0;
+  for (; item != nullptr && item[n] != '\0' && n + 1 < agent::nccl_item_chars; ++n) s.fault_item[n] = item[n];
+  s.fault_item[n] = '\0';
+  store(s.fault_active, 1u);
   __atomic_store_n(&s.fault_action, static_cast<std::uint32_t>(what), __ATOMIC_RELEASE);
 }
 
 // The item's term fired before call number `call` of `id`: acts, or answers the result to fail with.
-bool act_on(const detail::point_term& t, nccl_rank_state& s, std::uint32_t id, std::uint32_t call, int& result) noexcept {
+bool act_on(const detail::point_term& t, const char* item, nccl_rank_state& s, std::uint32_t id, std::uint32_t call,
+            int& result) noexcept {
   detail::fixed_string<64> point;
   point.str("nccl/").str(agent::nccl_api_name(id).data());
   using detail::point_action;
+  using agent::nccl_fault_action;
   switch (t.action) {
     case point_action::fail:
-      note_fault(s, agent::nccl_fault_action::failed, id, call, 0, t.code);
+      note_fault(s, nccl_fault_action::failed, id, call, 0, t.code, item, 0);
+      store(s.fault_active, 0u);
       result = t.code;
       return false;
-    case point_action::stop: note_fault(s, agent::nccl_fault_action::stopped, id, call, SIGSTOP, 0); break;
-    case point_action::kill: note_fault(s, agent::nccl_fault_action::killed, id, call, SIGKILL, 0); break;
-    case point_action::abort: note_fault(s, agent::nccl_fault_action::aborted, id, call, SIGABRT, 0); break;
-    case point_action::delay: note_fault(s, agent::nccl_fault_action::delayed, id, call, 0, 0); break;
+    case point_action::stop: note_fault(s, nccl_fault_action::stopped, id, call, SIGSTOP, 0, item, 0); break;
+    case point_action::kill: note_fault(s, nccl_fault_action::killed, id, call, SIGKILL, 0, item, 0); break;
+    case point_action::abort: note_fault(s, nccl_fault_action::aborted, id, call, SIGABRT, 0, item, 0); break;
+    case point_action::delay: note_fault(s, nccl_fault_action::delayed, id, call, 0, 0, item, t.delay_ns); break;
     default: break;
   }
   agent::preload::act(t, point.c_str());
+  store(s.fault_active, 0u);  // continued, or awake: the call goes on
   return true;
 }
 
-// Before a call of `id`: counts it and asks its item. False: do not make the call, answer `result`.
-bool before(nccl_api api, int& result) noexcept {
+// Before a call of `id`: counts it and asks its item. False: do not make the call, answer
+// `result`. A collective that is made (`args`) is numbered and written into the ring.
+bool before(nccl_api api, int& result, const collective_args* args = nullptr) noexcept {
   const auto id = static_cast<std::uint32_t>(api);
   nccl_rank_state& s = rank_state();
   const std::uint32_t call = bump(s.calls[id]);
@@ -183,12 +391,13 @@ bool before(nccl_api api, int& result) noexcept {
     const int item = item_for(id, s);
     if (item >= 0) {
       const detail::point_term t = items.hit(item, &agent::preload::draw, &agent::preload::record_reached);
-      if (t.action != detail::point_action::off && !act_on(t, s, id, call, result)) return false;
+      if (t.action != detail::point_action::off && !act_on(t, items.pattern(item), s, id, call, result)) return false;
     }
   }
-  if (agent::nccl_api_is_collective(id)) {
-    bump(s.collectives);
+  if (args != nullptr) {
+    const std::uint32_t seq = bump(s.collectives);
     store(s.last_collective, id);
+    record_collective(s, seq, id, *args);
   }
   __atomic_store_n(&s.in_call, id, __ATOMIC_RELEASE);
   return true;
@@ -196,12 +405,35 @@ bool before(nccl_api api, int& result) noexcept {
 
 void after() noexcept { __atomic_store_n(&rank_state().in_call, 0u, __ATOMIC_RELEASE); }
 
-// An init names the rank: from now on the rank filter reads it (before the init's own point).
-void note_init(int nranks, int rank) noexcept {
+// An init names the rank: from now on the rank filter reads it (before the init's own point). The
+// communicator is entered in the state before the call, so that a rank whose init fails or never
+// returns still belongs to it.
+agent::nccl_comm_entry* note_init(int nranks, int rank, const ncclUniqueId& unique_id) noexcept {
   nccl_rank_state& s = rank_state();
-  if (__atomic_load_n(&s.comms, __ATOMIC_RELAXED) != 0) return;  // the first communicator names it
-  store(s.rank, rank);
-  store(s.nranks, nranks);
+  if (__atomic_load_n(&s.comms, __ATOMIC_RELAXED) == 0) {  // the first communicator names it
+    store(s.rank, rank);
+    store(s.nranks, nranks);
+  }
+  const std::uint64_t id = comm_id_of(unique_id);
+  const std::uint32_t slot = load(s.comm_count);
+  // A library whose ncclCommInitRankConfig calls ncclCommInitRank through its PLT makes one
+  // communicator in two calls: one entry.
+  for (std::uint32_t i = 0; i < slot && i < agent::nccl_comm_slots; ++i)
+    if (__atomic_load_n(&s.comm_table[i].id, __ATOMIC_RELAXED) == id) return &s.comm_table[i];
+  if (slot >= agent::nccl_comm_slots) return nullptr;
+  agent::nccl_comm_entry& c = s.comm_table[slot];
+  store(c.id, id);
+  store(c.nranks, nranks);
+  store(c.rank, rank);
+  __atomic_store_n(&s.comm_count, slot + 1, __ATOMIC_RELEASE);
+  return &c;
+}
+
+// The init returned: the entry takes the communicator's handle, by which collectives find it.
+void note_comm(agent::nccl_comm_entry* c, ncclResult_t r, ncclComm_t* comm) noexcept {
+  if (r != ncclSuccess) return;
+  bump(rank_state().comms);
+  if (c != nullptr && comm != nullptr) __atomic_store_n(&c->handle, reinterpret_cast<std::uint64_t>(*comm), __ATOMIC_RELEASE);
 }
 
 // The path of the loaded libnccl (dl_iterate_phdr's callback): the first module named libnccl*.
@@ -254,29 +486,78 @@ ncclResult_t call(nccl_api api, F*, A... args) noexcept {
   return r;
 }
 
+// Inside ncclGroupStart/ncclGroupEnd NCCL enqueues nothing until the outermost ncclGroupEnd: an
+// event recorded after a collective there would mark the stream before the collective's work.
+// Its event waits for that ncclGroupEnd. (NCCL's groups are per thread; PyTorch calls them from
+// one: a process-wide depth.)
+struct grouped_collective {
+  std::uint32_t seq;
+  void* stream;
+};
+constexpr std::uint32_t max_grouped = 64;  // beyond: no event of its own (a later one decides)
+std::atomic<std::uint32_t> group_depth{0};
+grouped_collective grouped[max_grouped];
+std::uint32_t grouped_count = 0;
+
+// One collective: numbered and recorded when it is made, followed by an event on its stream.
+template <class F, class... A>
+ncclResult_t collective(nccl_api api, const collective_args& what, nccl_stream_t stream, F*, A... args) noexcept {
+  F* f = real<F*>(api);
+  int result = ncclSuccess;
+  if (!before(api, result, &what)) return static_cast<ncclResult_t>(result);
+  const ncclResult_t r = f != nullptr ? f(args...) : static_cast<ncclResult_t>(no_library);
+  nccl_rank_state& s = rank_state();
+  if (r == ncclSuccess && file_backed) {
+    if (group_depth.load(std::memory_order_relaxed) == 0) follow_completion(s, load(s.collectives), stream);
+    else if (grouped_count < max_grouped) grouped[grouped_count++] = {load(s.collectives), stream};
+  }
+  __atomic_store_n(&s.in_call, 0u, __ATOMIC_RELEASE);
+  return r;
+}
+
+// The outermost ncclGroupEnd returned: the group's collectives are enqueued, their events follow.
+void end_group(ncclResult_t r) noexcept {
+  std::uint32_t depth = group_depth.load(std::memory_order_relaxed);
+  if (depth == 0) return;
+  group_depth.store(--depth, std::memory_order_relaxed);
+  if (depth != 0) return;
+  const std::uint32_t n = grouped_count;
+  grouped_count = 0;
+  if (r != ncclSuccess && r != ncclInProgress) return;
+  nccl_rank_state& s = rank_state();
+  for (std::uint32_t i = 0; i < n; ++i) follow_completion(s, grouped[i].seq, grouped[i].stream);
+}
+
+constexpr std::uint32_t no_op = agent::nccl_no_op;
+
 }  // namespace
 
 #define FL_NCCL_EXPORT extern "C" [[gnu::visibility("default")]]
 
 FL_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
                                           ncclRedOp_t op, ncclComm_t comm, nccl_stream_t stream) {
-  return call(nccl_api::all_reduce, &ncclAllReduce, send, recv, count, type, op, comm, stream);
+  return collective(nccl_api::all_reduce, {comm, count, type, -1, static_cast<std::uint32_t>(op)}, stream, &ncclAllReduce,
+                    send, recv, count, type, op, comm, stream);
 }
 FL_NCCL_EXPORT ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t type,
                                           ncclComm_t comm, nccl_stream_t stream) {
-  return call(nccl_api::all_gather, &ncclAllGather, send, recv, count, type, comm, stream);
+  return collective(nccl_api::all_gather, {comm, count, type, -1, no_op}, stream, &ncclAllGather, send, recv, count, type,
+                    comm, stream);
 }
 FL_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t type,
                                               ncclRedOp_t op, ncclComm_t comm, nccl_stream_t stream) {
-  return call(nccl_api::reduce_scatter, &ncclReduceScatter, send, recv, count, type, op, comm, stream);
+  return collective(nccl_api::reduce_scatter, {comm, count, type, -1, static_cast<std::uint32_t>(op)}, stream,
+                    &ncclReduceScatter, send, recv, count, type, op, comm, stream);
 }
 FL_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root,
                                           ncclComm_t comm, nccl_stream_t stream) {
-  return call(nccl_api::broadcast, &ncclBroadcast, send, recv, count, type, root, comm, stream);
+  return collective(nccl_api::broadcast, {comm, count, type, root, no_op}, stream, &ncclBroadcast, send, recv, count, type,
+                    root, comm, stream);
 }
 FL_NCCL_EXPORT ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                                        int root, ncclComm_t comm, nccl_stream_t stream) {
-  return call(nccl_api::reduce, &ncclReduce, send, recv, count, type, op, root, comm, stream);
+  return collective(nccl_api::reduce, {comm, count, type, root, static_cast<std::uint32_t>(op)}, stream, &ncclReduce, send,
+                    recv, count, type, op, root, comm, stream);
 }
 FL_NCCL_EXPORT ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                                      nccl_stream_t stream) {
@@ -286,19 +567,27 @@ FL_NCCL_EXPORT ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t ty
                                      nccl_stream_t stream) {
   return call(nccl_api::recv, &ncclRecv, recv, count, type, peer, comm, stream);
 }
-FL_NCCL_EXPORT ncclResult_t ncclGroupStart() { return call(nccl_api::group_start, &ncclGroupStart); }
-FL_NCCL_EXPORT ncclResult_t ncclGroupEnd() { return call(nccl_api::group_end, &ncclGroupEnd); }
+FL_NCCL_EXPORT ncclResult_t ncclGroupStart() {
+  const ncclResult_t r = call(nccl_api::group_start, &ncclGroupStart);
+  if (r == ncclSuccess) group_depth.fetch_add(1, std::memory_order_relaxed);
+  return r;
+}
+FL_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
+  const ncclResult_t r = call(nccl_api::group_end, &ncclGroupEnd);
+  end_group(r);
+  return r;
+}
 FL_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
-  note_init(nranks, rank);
+  agent::nccl_comm_entry* c = note_init(nranks, rank, id);
   const ncclResult_t r = call(nccl_api::comm_init_rank, &ncclCommInitRank, comm, nranks, id, rank);
-  if (r == ncclSuccess) bump(rank_state().comms);
+  note_comm(c, r, comm);
   return r;
 }
 FL_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
                                                    ncclConfig_t* config) {
-  note_init(nranks, rank);
+  agent::nccl_comm_entry* c = note_init(nranks, rank, id);
   const ncclResult_t r = call(nccl_api::comm_init_rank_config, &ncclCommInitRankConfig, comm, nranks, id, rank, config);
-  if (r == ncclSuccess) bump(rank_state().comms);
+  note_comm(c, r, comm);
   return r;
 }
 FL_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
@@ -320,6 +609,13 @@ bool install(const char* spec) noexcept {
   std::memcpy(spec_copy, spec, std::strlen(spec) + 1);
   have_items = true;
   return true;
+}
+
+void note_exit(int status) noexcept {
+  nccl_rank_state* s = state.load(std::memory_order_acquire);
+  if (s == nullptr) return;  // no NCCL call: no file
+  store(s->exit_code, status);
+  __atomic_store_n(&s->exited, 1u, __ATOMIC_RELEASE);
 }
 
 void* wrap_dlsym(const char* name, void* real_function) noexcept {

@@ -19,7 +19,8 @@
 // NCCL is not reached. x86-64 and glibc, as the rest of the preload.
 //
 // Unused (no nccl/ item), a call costs the counts of nccl_state.h (a few stores to a mapped page)
-// and an indirect jump: nccl_points_bench.
+// and an indirect jump; a collective also its ring entry and, with a CUDA driver, an event
+// recorded on its stream and usually one queried: nccl_points_bench.
 #pragma once
 
 namespace faultline::agent::nccl_points {
@@ -28,6 +29,10 @@ namespace faultline::agent::nccl_points {
 /// the fork handler (a child keeps a state of its own). Called once, from the preload's
 /// constructor. True when an item may reach an nccl/ point.
 bool install(const char* spec) noexcept;
+
+/// exit(`status`) was called (the agent's interposed exit): written into the rank's state when the
+/// process has one, so that a rank's verdict says how it ended ("then exited 1").
+void note_exit(int status) noexcept;
 
 /// The agent's dlsym found `real` for `name` in a library: the agent's own function when `name`
 /// is one of the NCCL functions above and `real` is in libnccl (`real` is then what that function

@@ -1,6 +1,10 @@
 // The nccl/ points of the preloaded agent (nccl_points.h) and the rank state they keep
 // (nccl_state.h), on a real two-rank NCCL program (testing/nccl_allreduce.cc) run against the
-// stand-in libnccl.so.2 (testing/fake_libnccl.cc): linked, and dlopen()ed.
+// stand-in libnccl.so.2 (testing/fake_libnccl.cc): linked, and dlopen()ed. Then the distributed
+// verdict of `faultline exec` on a four-rank FSDP-like program on streams (testing/nccl_steps.cc,
+// the stand-in driver's streams: a collective is enqueued and completes only once every rank has
+// reached it): the first collective some rank never issued or no rank completed, a desync, the
+// phase, and the cause of each action in the ranks' words.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -33,6 +37,8 @@ const std::string program_dlopen = FAULTLINE_NCCL_PROGRAM_DLOPEN;
 const std::string program_local = FAULTLINE_NCCL_PROGRAM_LOCAL;
 const std::string fake_dir = FAULTLINE_FAKE_LIBNCCL_DIR;
 const std::string cli = FAULTLINE_CLI;
+const std::string steps_program = FAULTLINE_NCCL_STEPS;
+const std::string fake_cuda_dir = FAULTLINE_FAKE_LIBCUDA_DIR;
 
 std::uint32_t id(nccl_api a) { return static_cast<std::uint32_t>(a); }
 
@@ -261,6 +267,109 @@ TEST(nccl_points_exec, a_killed_rank_is_named_with_its_signal_and_the_other_wher
   const bool at_5 = text.find("0 dead (gone inside ncclAllReduce #5)") != std::string::npos;
   const bool at_4 = text.find("0 dead (gone inside ncclAllReduce #4)") != std::string::npos;
   EXPECT_TRUE(at_5 || at_4) << text;
+}
+
+// One run of fl_nccl_steps ARGS under `faultline exec` with `spec`; its summary and its record.
+struct steps_run {
+  std::string text;     // the command's output (summary)
+  std::string results;  // results.jsonl
+};
+steps_run exec_steps(const own_dir& dir, const std::string& spec, const std::string& timeout, const std::string& args) {
+  const std::string out_dir = dir.sub("out");
+  const std::string command = cli + " exec -n 1 --timeout " + timeout + " --replace -o " + out_dir +
+                              " --env LD_LIBRARY_PATH=" + fake_dir + ":" + fake_cuda_dir +
+                              (spec.empty() ? "" : " --faults '" + spec + "'") + " -- " + steps_program + " " + args + " 2>&1";
+  steps_run r;
+  FILE* p = ::popen(command.c_str(), "r");
+  char buffer[512];
+  while (p != nullptr && std::fgets(buffer, sizeof buffer, p) != nullptr) r.text += buffer;
+  if (p != nullptr) ::pclose(p);
+  r.results = testing::slurp(out_dir + "/results.jsonl");
+  return r;
+}
+
+// Rank 2 is stopped before its 4th all-gather, collective #8. The others issue #8 and #9 on their
+// streams and wait in cuStreamSynchronize: #8 is the first collective rank 2 never issued, and the
+// one they wait for, though #9 is the last they issued.
+TEST(nccl_steps_exec, a_stopped_rank_is_named_at_the_first_collective_it_never_issued) {
+  const own_dir dir;
+  const steps_run r = exec_steps(dir, "nccl/ncclAllGather@rank=2=3*off->stop", "3s", "--nranks 4 --steps 6");
+  EXPECT_NE(r.text.find("hang/run  hang: rank 2 outside ncclAllGather #8 (stopped by nccl/ncclAllGather), "
+                        "ranks 0,1,3 waiting in it"),
+            std::string::npos)
+      << r.text;
+  // Issued but not completed, against never issued.
+  EXPECT_NE(r.text.find("0 in ncclAllGather #8 (waiting), issued 9 collectives, last ncclReduceScatter"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("2 outside: 7 collectives, last ncclBroadcast, stopped by nccl/ncclAllGather before call #4"),
+            std::string::npos)
+      << r.text;
+  EXPECT_NE(r.results.find("\"front\":{\"call\":\"ncclAllGather(count 64, float32)\",\"desync\":false,\"seq\":8}"),
+            std::string::npos)
+      << r.results;
+  EXPECT_NE(r.results.find("\"completed\":7"), std::string::npos) << r.results;
+}
+
+// The same with each step's collectives in a group: NCCL enqueues them at ncclGroupEnd, so an
+// event recorded right after each call would mark the stream before their work and count them
+// complete (completed 9). The agent records them after the group: completed 7.
+TEST(nccl_steps_exec, collectives_in_a_group_are_complete_only_once_the_group_ran) {
+  const own_dir dir;
+  const steps_run r = exec_steps(dir, "nccl/ncclAllGather@rank=2=3*off->stop", "3s", "--nranks 4 --steps 6 --grouped");
+  EXPECT_NE(r.text.find("hang: rank 2 outside ncclAllGather #8 (stopped by nccl/ncclAllGather), ranks 0,1,3 waiting in it"),
+            std::string::npos)
+      << r.text;
+  EXPECT_GE(testing::count(r.results, "\"completed\":7"), 3u) << r.results;  // ranks 0, 1, 3 (and 2, if its last poll saw #7)
+  EXPECT_EQ(r.results.find("\"completed\":9"), std::string::npos) << r.results;
+}
+
+// Rank 1 sleeps in the point's delay before its second broadcast, #14, past the run's timeout.
+TEST(nccl_steps_exec, a_delayed_rank_is_named_asleep_in_the_points_delay) {
+  const own_dir dir;
+  const steps_run r = exec_steps(dir, "nccl/ncclBroadcast@rank=1=1*off->delay(60s)", "3s", "--nranks 4 --steps 6");
+  EXPECT_NE(r.text.find("hang/run  hang: rank 1 outside ncclBroadcast #14 (asleep in delay(60s) of nccl/ncclBroadcast), "
+                        "ranks 0,2,3 waiting in it"),
+            std::string::npos)
+      << r.text;
+  EXPECT_NE(r.text.find("1 outside: 13 collectives, last ncclReduceScatter, asleep in delay(60s) of nccl/ncclBroadcast "
+                        "before call #2"),
+            std::string::npos)
+      << r.text;
+}
+
+// No fault: rank 2 skips the broadcast of step 3. At #7 ranks 0, 1 and 3 issued ncclBroadcast and
+// rank 2 the next step's ncclAllGather; the stand-in, as NCCL, hangs there.
+TEST(nccl_steps_exec, a_planted_desync_is_named_with_both_sides) {
+  const own_dir dir;
+  const steps_run r = exec_steps(dir, "", "3s", "--nranks 4 --steps 6 --desync 2:3");
+  EXPECT_NE(r.text.find("hang/run  hang: desync at #7: ranks 0,1,3 ncclBroadcast(count 64, float32, root 0), "
+                        "rank 2 ncclAllGather(count 64, float32)"),
+            std::string::npos)
+      << r.text;
+  EXPECT_NE(r.text.find("2 in #7 ncclAllGather(count 64, float32) (desync), issued 8 collectives, last ncclReduceScatter"),
+            std::string::npos)
+      << r.text;
+}
+
+// Every rank finished its steps and waits elsewhere: the runner's question at the deadline finds
+// every collective complete (the last events completed after the ranks' last NCCL call), so the
+// hang is not blamed on a collective.
+TEST(nccl_steps_exec, ranks_asked_at_the_deadline_report_their_streams_complete) {
+  const own_dir dir;
+  const steps_run r = exec_steps(dir, "", "3s", "--nranks 2 --steps 2 --hold");
+  EXPECT_NE(r.results.find("\"outcome\":\"hang\""), std::string::npos) << r.results;
+  EXPECT_EQ(testing::count(r.results, "\"completed\":4"), 2u) << r.results;
+  EXPECT_EQ(r.results.find("waiting in"), std::string::npos) << r.results;
+  EXPECT_EQ(r.results.find("\"front\""), std::string::npos) << r.results;
+}
+
+// A failed init: the rank's line names the call, the item and the result, then how it ended.
+TEST(nccl_steps_exec, a_failed_init_names_the_point_and_the_exit_in_the_ranks_line) {
+  const own_dir dir;
+  const steps_run r = exec_steps(dir, "nccl/ncclCommInitRank*@rank=1=fail(ncclSystemError)", "20s", "--nranks 2 --steps 2");
+  EXPECT_NE(r.text.find("1 ncclCommInitRankConfig failed by nccl/ncclCommInitRank* (ncclSystemError) at call #1, "
+                        "then exited 1 after 0 collectives"),
+            std::string::npos)
+      << r.text;
 }
 
 // The command refuses what the agent could not do, before anything runs.

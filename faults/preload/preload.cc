@@ -175,6 +175,9 @@ extern "C" [[gnu::visibility("default")]] int __libc_start_main(
 
 extern "C" [[gnu::visibility("default")]] void exit(int status) noexcept {
   faultline::agent::mark(faultline::agent::marker_exit);
+#if FAULTLINE_CUDA_POINTS
+  faultline::agent::nccl_points::note_exit(status);
+#endif
 #if FAULTLINE_LATE_CUDA
   faultline::agent::arm_late_cuda();
 #endif

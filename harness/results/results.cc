@@ -96,9 +96,19 @@ void to_json(nlohmann::json& j, const nccl_rank_record& r) {
                      {"state", to_string(r.state)}, {"collectives", r.collectives}};
   if (!r.last_collective.empty()) j["last_collective"] = r.last_collective;
   if (!r.in_call.empty()) j["in_call"] = r.in_call;
-  if (!r.fault.empty())
+  if (!r.fault.empty()) {
     j["fault"] = {{"action", r.fault}, {"api", r.fault_api}, {"call", r.fault_call}, {"result", r.fault_result}};
+    if (!r.fault_item.empty()) j["fault"]["item"] = r.fault_item;
+    if (r.fault_delay_ms != 0) j["fault"]["delay_ms"] = r.fault_delay_ms;
+    if (r.fault_active) j["fault"]["active"] = true;
+  }
   if (r.signal) j["signal"] = {{"name", signal_name(*r.signal)}, {"number", *r.signal}};
+  if (r.exit_code) j["exit_code"] = *r.exit_code;
+  if (r.completed) j["completed"] = *r.completed;
+  if (r.front != 0) {
+    j["front"] = {{"seq", r.front}, {"desync", r.desync}};
+    if (!r.front_call.empty()) j["front"]["call"] = r.front_call;
+  }
 }
 
 // Strict: a rank entry is written by the runner alone, so one that lacks a field or holds a
@@ -123,9 +133,24 @@ void from_json(const nlohmann::json& j, nccl_rank_record& r) {
     r.fault_api = f->at("api").get<std::string>();
     r.fault_call = f->at("call").get<std::uint64_t>();
     r.fault_result = f->value("result", 0);
+    r.fault_item = f->value("item", std::string());
+    r.fault_delay_ms = f->value("delay_ms", std::uint64_t{0});
+    r.fault_active = f->value("active", false);
   }
   r.signal.reset();
   if (auto sig = j.find("signal"); sig != j.end()) r.signal = sig->at("number").get<int>();
+  r.exit_code.reset();
+  if (auto e = j.find("exit_code"); e != j.end()) r.exit_code = e->get<int>();
+  r.completed.reset();
+  if (auto c = j.find("completed"); c != j.end()) r.completed = c->get<std::uint64_t>();
+  r.front = 0;
+  r.front_call.clear();
+  r.desync = false;
+  if (auto f = j.find("front"); f != j.end()) {
+    r.front = f->at("seq").get<std::uint64_t>();
+    r.desync = f->at("desync").get<bool>();
+    r.front_call = f->value("call", std::string());
+  }
 }
 
 void to_json(nlohmann::json& j, const run_record& r) {

@@ -77,7 +77,7 @@ struct late_cuda_calls_record {
 /// What a rank of a distributed run was doing when the run ended (harness/run/nccl_ranks.h
 /// judges it; DESIGN.md §9.5).
 enum class rank_state {
-  in_collective,  ///< alive, and it issued the run's highest-numbered collective: waiting for the others
+  in_collective,  ///< alive, and it issued the run's first incomplete collective: waiting in it
   outside,        ///< alive, and it never issued that collective (behind, stopped, stuck in an init)
   dead,           ///< its process died while the others went on (by a signal, or gone)
   exited,         ///< its process ended with the run
@@ -102,7 +102,22 @@ struct nccl_rank_record {
   std::string fault_api;          ///< before which call ("ncclAllReduce")
   std::uint64_t fault_call = 0;   ///< that API's call number, 1-based
   int fault_result = 0;           ///< the ncclResult_t a `fail` answered
+  std::string fault_item;         ///< the spec item's point that acted ("nccl/ncclCommInitRank*"); "" unknown
+  std::uint64_t fault_delay_ms = 0;  ///< a `delay`'s duration
+  bool fault_active = false;      ///< still in the point's action when the run ended (asleep in its delay)
   std::optional<int> signal;      ///< the signal it died by, or that stopped it
+  std::optional<int> exit_code;   ///< what it passed to exit(), when it called it
+  /// Its collectives known complete on its stream (events after each), nullopt when unknown.
+  std::optional<std::uint64_t> completed;
+  /// The run's first collective that some rank never issued, or that no rank completed (the same
+  /// in every rank's record; 0: none, every rank issued and completed the same): its number on
+  /// its communicator, as PyTorch's flight recorder numbers them.
+  std::uint64_t front = 0;
+  /// What this rank issued as collective #front: "ncclBroadcast(count 1024, float32, root 0)";
+  /// "" when it did not issue it (or its record of it was overwritten, 256 collectives later).
+  std::string front_call;
+  /// The ranks issued different collectives as #front (the same in every rank's record).
+  bool desync = false;
 };
 
 struct run_record {
@@ -167,8 +182,9 @@ variant_identity identity_of(const run_record& r);
 std::string signal_name(int sig);
 
 /// JSON conversion (nlohmann ADL hooks). A rank is {"rank","nranks","pid","state","collectives",
-/// "last_collective","in_call","fault":{"action","api","call","result"},"signal":{"name","number"}},
-/// "last_collective", "in_call", "fault" and "signal" left out when empty.
+/// "last_collective","in_call","fault":{"action","api","call","result"[,"item","delay_ms","active"]},
+/// "signal":{"name","number"},"exit_code","completed","front":{"seq","desync"[,"call"]}}, each of
+/// "last_collective" to "front" left out when empty or unknown.
 void to_json(nlohmann::json& j, const nccl_rank_record& r);
 void from_json(const nlohmann::json& j, nccl_rank_record& r);
 void to_json(nlohmann::json& j, const run_record& r);

@@ -2,23 +2,29 @@
 // the collective when the run ended (DESIGN.md §9.5).
 //
 // NCCL's collectives are asynchronous, so a rank's stack does not say whether it is "in" one; its
-// sequence number does (faults/preload/nccl_state.h, as PyTorch's flight recorder compares them).
-// With M the highest count of collectives among the ranks, a live rank that issued M of them
-// issued collective #M and waits in it for the others; a live rank below M never reached it and
-// is outside (its count, its last collective, the call it is inside, what a fault point did to
-// it); a rank whose process died is dead (its signal: the one a point's kill or abort wrote,
-// else the one the runner reaped, else "gone"); one that ended with the run exited; a rank of
-// nranks that left no file is missing.
+// record of the collectives it issued does (faults/preload/nccl_state.h), numbered on each
+// communicator as PyTorch's flight recorder numbers them, with how far its stream completed them.
+// The front is the first collective, by number, that some rank of the communicator never issued,
+// or that no rank completed, or that the ranks issued differently (another API, count, datatype,
+// root or op: a desync). A collective completes on every rank or on none, so one rank's event
+// that completed speaks for all, and a rank that cannot answer (stopped) is not taken as behind.
+// A live rank that issued the front waits in it; a live rank that did not is outside (its count,
+// its last collective, the call it is inside, what a fault point did to it); a rank whose process
+// died is dead (its signal: the one a point's kill or abort wrote, else the one the runner
+// reaped, else "gone"); one that ended with the run exited; a rank of nranks that left no file
+// is missing.
 //
+//   ask_ranks_for_completion(run_dir, alive, 500ms);       // at the deadline, before the kill
 //   auto files = harness::read_nccl_ranks(run_dir);        // empty: no NCCL, nothing to say
 //   harness::rank_fates f{.hang = true, .alive = {...}};  // noted before the tree was killed
 //   std::vector<nccl_rank_record> ranks = harness::judge_ranks(files, f);
 //
-// Thread safety: read_nccl_ranks reads files; judge_ranks is pure.
+// Thread safety: read_nccl_ranks and ask_ranks_for_completion use files; judge_ranks is pure.
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -63,5 +69,18 @@ void add_crashed_ranks(const std::filesystem::path& run_dir, rank_fates& fates);
 /// The verdict on every rank (see the file comment), ordered by rank, the processes with no
 /// rank last by pid, then a record per missing rank of the largest nranks any rank gave.
 std::vector<nccl_rank_record> judge_ranks(const std::vector<nccl_rank_file>& files, const rank_fates& fates);
+
+/// Asks each live rank of `run_dir` (its nccl.PID names a pid of `alive`, in the processes' own
+/// numbering) whose agent answers queries to bring its `completed` up to date (nccl_state.h:
+/// query_request), and waits for the answers at most `budget` in all: a stopped rank never
+/// answers, and keeps what it last knew. Returns how many answered. Call it at a hang's deadline,
+/// before the stacks are taken and the tree is killed.
+std::size_t ask_ranks_for_completion(const std::filesystem::path& run_dir, const std::set<pid_t>& alive,
+                                     std::chrono::milliseconds budget);
+
+/// Whether a live rank of a hung run was still at its work: it had not called exit(). A hang
+/// whose ranks wait in a collective is then in the run phase, whatever the launcher did once the
+/// harness began to end it (torchrun exits on SIGTERM).
+bool a_live_rank_was_working(const std::vector<nccl_rank_file>& files, const rank_fates& fates);
 
 }  // namespace faultline::harness

@@ -35,6 +35,10 @@ namespace {
 namespace fs = std::filesystem;
 using clock = std::chrono::steady_clock;
 
+// How long a hang's deadline waits for the live ranks to answer how far their streams completed
+// (nccl_ranks.h): each answers in a few cuEventQuery calls, a stopped one never.
+constexpr std::chrono::milliseconds rank_answer_budget{500};
+
 std::chrono::milliseconds since(clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - t);
 }
@@ -378,8 +382,14 @@ void end_unfinished_run(run_context& run, child& leader, process_tree& tree) {
   ev.timed_out = !run.rep.interrupted;
   tree.refresh();
   // Which ranks were alive when the hang was declared (nccl_ranks.h): noted before the kill.
-  if (ev.timed_out)
+  if (ev.timed_out) {
     for (const auto& p : tree.alive()) run.alive_at_deadline.push_back(p.pid);
+    // A distributed run's live ranks say how far their streams have completed, while they can.
+    std::map<pid_t, pid_t> own = tree.namespace_pids();
+    std::set<pid_t> alive;
+    for (pid_t p : run.alive_at_deadline) alive.insert(own.count(p) ? own[p] : p);
+    ask_ranks_for_completion(run.rq.run_dir, alive, rank_answer_budget);
+  }
   if (ev.timed_out && run.rq.stacks.method != stack_method::none) {
     auto procs = tree.alive();
     ev.stacks_path = run.rq.run_dir / stacks_file;
@@ -460,7 +470,12 @@ void judge_distributed_run(const run_context& run, const process_tree& tree, cla
   add_crashed_ranks(run.rq.run_dir, fates);
   verdict.ranks = judge_ranks(files, fates);
   if (verdict.result != outcome::hang) return;
-  if (auto named = ranks_hang_signature(verdict.ranks); !named.empty()) verdict.signature = std::move(named);
+  if (auto named = ranks_hang_signature(verdict.ranks); !named.empty()) {
+    verdict.signature = std::move(named);
+    // Ranks waiting in a collective, at their work: the hang is in the run, whatever the leader
+    // (a launcher that exits on the harness's SIGTERM) marked once the harness began to end it.
+    if (a_live_rank_was_working(files, fates)) verdict.when = phase::run;
+  }
 }
 
 // The run's tree is gone: its output is finished and, unless the caller keeps the log of a

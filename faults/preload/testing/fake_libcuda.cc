@@ -4,9 +4,22 @@
 // the way the real driver does (asked "cuMemFree", it gives cuMemFree_v2). fake_cuda_report()
 // says what was called; after cuFakeDeinit_fake() cuMemFree_v2 answers CUDA_ERROR_DEINITIALIZED,
 // as the real driver does once its exit teardown has run.
+//
+// Streams and events, for the distributed verdict's tests (the stand-in libnccl enqueues its
+// collectives on a stream through cuLaunchHostFunc): a stream is a host thread that runs what was
+// enqueued on it in order, as a GPU runs a stream's work; cuEventRecord enqueues a marker that
+// completes the event when the thread reaches it; cuEventQuery answers CUDA_SUCCESS or
+// CUDA_ERROR_NOT_READY, cuStreamSynchronize and cuEventSynchronize wait. The null stream has no
+// thread: work on it is done when enqueued (the stand-in libnccl runs such collectives in the
+// call), so an event recorded on it completes at once. One context, never null.
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 namespace {
 int mem_free_calls = 0;
@@ -16,11 +29,150 @@ int reset_device = -1;
 int current_device = 0;
 double many_sum = 0;
 bool deinitialized = false;
+
+// A stream: its thread runs the queue in order. `enqueued` counts what was ever queued, `done` what
+// has run; both only grow.
+struct fake_stream {
+  std::mutex m;
+  std::condition_variable changed;
+  std::deque<std::function<void()>> queue;
+  std::uint64_t enqueued = 0;
+  std::uint64_t done = 0;
+  bool closing = false;
+  std::thread runner;
+
+  fake_stream() : runner([this] { run(); }) {}
+  void run() {
+    std::unique_lock<std::mutex> lock(m);
+    for (;;) {
+      changed.wait(lock, [&] { return closing || !queue.empty(); });
+      if (queue.empty()) return;
+      auto work = std::move(queue.front());
+      queue.pop_front();
+      lock.unlock();
+      work();
+      lock.lock();
+      ++done;
+      changed.notify_all();
+    }
+  }
+  void push(std::function<void()> work) {
+    std::lock_guard<std::mutex> lock(m);
+    queue.push_back(std::move(work));
+    ++enqueued;
+    changed.notify_all();
+  }
+  void wait_until(std::uint64_t n) {
+    std::unique_lock<std::mutex> lock(m);
+    changed.wait(lock, [&] { return done >= n; });
+  }
+};
+
+// An event: complete once the marker it was last recorded with has run.
+struct fake_event {
+  std::mutex m;
+  std::condition_variable changed;
+  std::uint64_t recorded = 0;   // records so far
+  std::uint64_t completed = 0;  // the last record whose marker has run
+};
+
+int fake_context_word = 0;  // the address is the one context
+constexpr int cuda_error_invalid_value = 1;
+constexpr int cuda_error_not_ready = 600;
+
 }  // namespace
 
 extern "C" {
 
 int cuInit(unsigned) { return 0; }
+
+int cuCtxGetCurrent(void** context) {
+  if (context == nullptr) return cuda_error_invalid_value;
+  *context = &fake_context_word;
+  return 0;
+}
+int cuCtxSetCurrent(void*) { return 0; }
+
+int cuStreamCreate(void** stream, unsigned) {
+  if (stream == nullptr) return cuda_error_invalid_value;
+  *stream = new fake_stream;
+  return 0;
+}
+
+int cuStreamSynchronize(void* stream) {
+  if (stream == nullptr) return 0;
+  auto* s = static_cast<fake_stream*>(stream);
+  std::uint64_t target = 0;
+  {
+    std::lock_guard<std::mutex> lock(s->m);
+    target = s->enqueued;
+  }
+  s->wait_until(target);
+  return 0;
+}
+
+int cuStreamDestroy_v2(void* stream) {
+  if (stream == nullptr) return cuda_error_invalid_value;
+  auto* s = static_cast<fake_stream*>(stream);
+  {
+    std::lock_guard<std::mutex> lock(s->m);
+    s->closing = true;
+    s->changed.notify_all();
+  }
+  s->runner.join();  // after the queued work, as the driver's destroy lets it finish
+  delete s;
+  return 0;
+}
+
+int cuLaunchHostFunc(void* stream, void (*fn)(void*), void* data) {
+  if (fn == nullptr) return cuda_error_invalid_value;
+  if (stream == nullptr) {
+    fn(data);
+    return 0;
+  }
+  static_cast<fake_stream*>(stream)->push([fn, data] { fn(data); });
+  return 0;
+}
+
+int cuEventCreate(void** event, unsigned) {
+  if (event == nullptr) return cuda_error_invalid_value;
+  *event = new fake_event;
+  return 0;
+}
+
+int cuEventRecord(void* event, void* stream) {
+  if (event == nullptr) return cuda_error_invalid_value;
+  auto* e = static_cast<fake_event*>(event);
+  std::uint64_t mine = 0;
+  {
+    std::lock_guard<std::mutex> lock(e->m);
+    mine = ++e->recorded;
+    if (stream == nullptr) e->completed = mine;
+  }
+  if (stream != nullptr) {
+    static_cast<fake_stream*>(stream)->push([e, mine] {
+      std::lock_guard<std::mutex> lock(e->m);
+      if (e->completed < mine) e->completed = mine;
+      e->changed.notify_all();
+    });
+  }
+  return 0;
+}
+
+int cuEventQuery(void* event) {
+  if (event == nullptr) return cuda_error_invalid_value;
+  auto* e = static_cast<fake_event*>(event);
+  std::lock_guard<std::mutex> lock(e->m);
+  return e->completed == e->recorded ? 0 : cuda_error_not_ready;
+}
+
+int cuEventSynchronize(void* event) {
+  if (event == nullptr) return cuda_error_invalid_value;
+  auto* e = static_cast<fake_event*>(event);
+  std::unique_lock<std::mutex> lock(e->m);
+  e->changed.wait(lock, [&] { return e->completed == e->recorded; });
+  return 0;
+}
 
 int cuMemFree_v2(unsigned long long ptr) {
   if (deinitialized) return 4;  // CUDA_ERROR_DEINITIALIZED

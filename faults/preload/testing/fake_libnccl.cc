@@ -3,10 +3,16 @@
 //
 // It keeps NCCL's semantics where the tests look: ncclCommInitRank blocks until every rank has
 // joined; a collective blocks until every rank has reached the same collective, so that a rank
-// that stops leaves the others waiting inside their call for ever, as real NCCL leaves them
-// waiting on the stream; the results are computed for real (over host memory). The ranks meet in
-// a POSIX shared memory segment named by the unique id, with process-shared futexes; the last
-// rank to destroy its communicator unlinks it. Nothing here comes from NCCL's code.
+// that stops leaves the others waiting for ever; the results are computed for real (over host
+// memory). On the null stream a collective runs inside the call, which returns once it is done.
+// On a stream (the stand-in driver's, testing/fake_libcuda.cc) it is enqueued with the driver's
+// cuLaunchHostFunc and the call returns at once, as NCCL's does: the stream's work waits for the
+// peers, and the rank waits later, in cuStreamSynchronize. Ranks that meet at a collective but
+// issued different ones (another API, count, datatype, root or op) wait there for ever, as NCCL's
+// kernels wait for peers that run another one: a desync hangs. The ranks meet in a POSIX shared
+// memory segment named by the unique id, with process-shared futexes; the last rank to destroy
+// its communicator unlinks it. Nothing here comes from NCCL's code.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
@@ -18,7 +24,9 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <new>
+#include <vector>
 
 #include "faults/preload/nccl_api.h"
 
@@ -34,8 +42,19 @@ struct mailbox {
   unsigned char data[mailbox_bytes];
 };
 
+// What a rank issued at a collective, for the others to compare with theirs.
+struct collective_desc {
+  std::uint32_t api;  // 1 allreduce, 2 allgather, 3 reducescatter, 4 broadcast, 5 reduce
+  std::uint32_t datatype;
+  std::uint64_t count;
+  std::int32_t root;
+  std::uint32_t op;
+  bool operator==(const collective_desc&) const = default;
+};
+
 // The segment the ranks share. Zero-filled when created: every field starts valid at zero.
 struct shared {
+  collective_desc descs[max_ranks];
   std::atomic<std::uint32_t> arrived;      // ranks at the barrier
   std::atomic<std::uint32_t> generation;   // futex: bumped by the last rank to arrive
   std::atomic<std::uint32_t> destroyed;    // ranks whose communicator is gone
@@ -65,7 +84,7 @@ void barrier(ncclComm* c) {
   if (s->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<std::uint32_t>(c->nranks)) {
     s->arrived.store(0, std::memory_order_relaxed);
     s->generation.fetch_add(1, std::memory_order_release);
-    futex(&s->generation, FUTEX_WAKE, INT32_MAX);
+    if (c->nranks > 1) futex(&s->generation, FUTEX_WAKE, INT32_MAX);  // alone: nobody to wake
     return;
   }
   while (s->generation.load(std::memory_order_acquire) == gen) futex(&s->generation, FUTEX_WAIT, gen);
@@ -118,17 +137,67 @@ bool reduce_into(ncclComm* c, void* out, std::size_t offset, std::size_t n, nccl
   }
 }
 
-// One collective: every rank puts `bytes` of `send` in its slot, meets the others, runs `read`
-// over the slots, and meets them again before a later collective may overwrite a slot.
+// Waits for ever: where a desynchronised rank's collective stays.
+[[noreturn]] void wait_for_ever() {
+  std::atomic<std::uint32_t> never{0};
+  for (;;) futex(&never, FUTEX_WAIT, 0);
+}
+
+// One collective: every rank puts `bytes` of `send` in its slot and what it issued in its desc,
+// meets the others, checks that they issued the same, runs `read` over the slots, and meets them
+// again before a later collective may overwrite a slot.
 template <class F>
-ncclResult_t collective(ncclComm* c, const void* send, std::size_t bytes, F&& read) {
-  if (c == nullptr || c->s == nullptr) return ncclInvalidArgument;
-  if (bytes > slot_bytes) return ncclInvalidArgument;
+ncclResult_t run_collective(ncclComm* c, const collective_desc& d, const void* send, std::size_t bytes, F&& read) {
   if (send != nullptr && bytes > 0) std::memcpy(c->s->slots[c->rank], send, bytes);
+  c->s->descs[c->rank] = d;
   barrier(c);
+  for (int r = 0; r < c->nranks; ++r)
+    if (!(c->s->descs[r] == d)) wait_for_ever();
   const bool ok = read();
   barrier(c);
   return ok ? ncclSuccess : ncclInvalidArgument;
+}
+
+// The driver's cuLaunchHostFunc, when a driver is loaded.
+using launch_host_fn = int (*)(void*, void (*)(void*), void*);
+launch_host_fn host_launcher() {
+  static launch_host_fn f = reinterpret_cast<launch_host_fn>(::dlsym(RTLD_DEFAULT, "cuLaunchHostFunc"));
+  return f;
+}
+
+int group_depth = 0;  // ncclGroupStart calls not yet ended
+struct grouped_work {
+  nccl_stream_t stream;
+  std::function<void()>* work;
+};
+std::vector<grouped_work> grouped;  // enqueued at the outermost ncclGroupEnd
+
+void run_enqueued(void* work) {
+  auto* w = static_cast<std::function<void()>*>(work);
+  (*w)();
+  delete w;
+}
+
+// A collective, checked now and run in the call (the null stream) or enqueued on `stream`. `read`
+// and `send` must stay valid until the stream has run it, as NCCL's buffers must.
+template <class F>
+ncclResult_t collective(ncclComm* c, const collective_desc& d, const void* send, std::size_t bytes, nccl_stream_t stream,
+                        F read) {
+  if (c == nullptr || c->s == nullptr) return ncclInvalidArgument;
+  if (bytes > slot_bytes) return ncclInvalidArgument;
+  launch_host_fn launch = stream != nullptr ? host_launcher() : nullptr;
+  if (launch == nullptr) return run_collective(c, d, send, bytes, read);
+  auto* work = new (std::nothrow) std::function<void()>([c, d, send, bytes, read] { run_collective(c, d, send, bytes, read); });
+  if (work == nullptr) return ncclSystemError;
+  if (group_depth > 0) {
+    grouped.push_back({stream, work});
+    return ncclSuccess;
+  }
+  if (launch(stream, &run_enqueued, work) != 0) {
+    delete work;
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
 }
 
 }  // namespace
@@ -152,7 +221,9 @@ FAKE_NCCL ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   return ncclSuccess;
 }
 
-FAKE_NCCL ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+namespace {
+// Both inits, without a call through the PLT (which the agent stands before: one init, one call).
+ncclResult_t init_rank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
   if (comm == nullptr || nranks < 1 || nranks > max_ranks || rank < 0 || rank >= nranks || id.internal[0] != '/')
     return ncclInvalidArgument;
   id.internal[sizeof id.internal - 1] = '\0';
@@ -170,10 +241,15 @@ FAKE_NCCL ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUnique
   *comm = c;
   return ncclSuccess;
 }
+}  // namespace
+
+FAKE_NCCL ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  return init_rank(comm, nranks, id, rank);
+}
 
 FAKE_NCCL ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
                                               ncclConfig_t*) {
-  return ncclCommInitRank(comm, nranks, id, rank);
+  return init_rank(comm, nranks, id, rank);
 }
 
 namespace {
@@ -221,41 +297,58 @@ FAKE_NCCL const char* ncclGetErrorString(ncclResult_t r) {
   return "unknown result code";
 }
 
+namespace {
+constexpr std::uint32_t no_op = 0xffffffffu;
+collective_desc desc_of(std::uint32_t api, ncclDataType_t type, std::size_t count, int root, std::uint32_t op) {
+  return {api, static_cast<std::uint32_t>(type), count, root, op};
+}
+}  // namespace
+
 FAKE_NCCL ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-                                     ncclComm_t comm, nccl_stream_t) {
+                                     ncclComm_t comm, nccl_stream_t stream) {
   const std::size_t bytes = count * type_bytes(type);
-  return collective(comm, send, bytes, [&] { return reduce_into(comm, recv, 0, count, type, op); });
+  return collective(comm, desc_of(1, type, count, -1, op), send, bytes, stream,
+                    [=] { return reduce_into(comm, recv, 0, count, type, op); });
+}
+
+// The same under a name the agent never stands before (nccl_points_bench's baseline for a collective).
+FAKE_NCCL ncclResult_t fake_raw_ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
+                                              ncclRedOp_t op, ncclComm_t comm, nccl_stream_t stream) {
+  const std::size_t bytes = count * type_bytes(type);
+  return collective(comm, desc_of(1, type, count, -1, op), send, bytes, stream,
+                    [=] { return reduce_into(comm, recv, 0, count, type, op); });
 }
 
 FAKE_NCCL ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-                                  int root, ncclComm_t comm, nccl_stream_t) {
+                                  int root, ncclComm_t comm, nccl_stream_t stream) {
   const std::size_t bytes = count * type_bytes(type);
-  return collective(comm, send, bytes, [&] { return comm->rank != root || reduce_into(comm, recv, 0, count, type, op); });
+  return collective(comm, desc_of(5, type, count, root, op), send, bytes, stream,
+                    [=] { return comm->rank != root || reduce_into(comm, recv, 0, count, type, op); });
 }
 
 FAKE_NCCL ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t type,
-                                         ncclRedOp_t op, ncclComm_t comm, nccl_stream_t) {
+                                         ncclRedOp_t op, ncclComm_t comm, nccl_stream_t stream) {
   if (comm == nullptr) return ncclInvalidArgument;
   const std::size_t bytes = count * type_bytes(type) * static_cast<std::size_t>(comm->nranks);
-  return collective(comm, send, bytes, [&] {
+  return collective(comm, desc_of(3, type, count, -1, op), send, bytes, stream, [=] {
     return reduce_into(comm, recv, count * static_cast<std::size_t>(comm->rank), count, type, op);
   });
 }
 
 FAKE_NCCL ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm,
-                                     nccl_stream_t) {
+                                     nccl_stream_t stream) {
   const std::size_t bytes = count * type_bytes(type);
-  return collective(comm, send, bytes, [&] {
+  return collective(comm, desc_of(2, type, count, -1, no_op), send, bytes, stream, [=] {
     for (int r = 0; r < comm->nranks; ++r) std::memcpy(static_cast<char*>(recv) + bytes * r, comm->s->slots[r], bytes);
     return true;
   });
 }
 
 FAKE_NCCL ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root,
-                                     ncclComm_t comm, nccl_stream_t) {
+                                     ncclComm_t comm, nccl_stream_t stream) {
   if (comm == nullptr || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
   const std::size_t bytes = count * type_bytes(type);
-  return collective(comm, comm->rank == root ? send : nullptr, bytes, [&] {
+  return collective(comm, desc_of(4, type, count, root, no_op), comm->rank == root ? send : nullptr, bytes, stream, [=] {
     std::memmove(recv, comm->s->slots[root], bytes);
     return true;
   });
@@ -287,9 +380,21 @@ FAKE_NCCL ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, i
   return ncclSuccess;
 }
 
-// Calls are synchronous here: a group only brackets them.
-FAKE_NCCL ncclResult_t ncclGroupStart() { return ncclSuccess; }
-FAKE_NCCL ncclResult_t ncclGroupEnd() { return ncclSuccess; }
+// A group, as NCCL's: collectives on a stream inside it are enqueued only at the outermost
+// ncclGroupEnd (each still a collective of its own, in order). On the null stream they run in the
+// call, as ever. Per process: the test programs call groups from one thread.
+FAKE_NCCL ncclResult_t ncclGroupStart() {
+  ++group_depth;
+  return ncclSuccess;
+}
+FAKE_NCCL ncclResult_t ncclGroupEnd() {
+  if (group_depth == 0) return ncclInvalidUsage;
+  if (--group_depth != 0) return ncclSuccess;
+  launch_host_fn launch = host_launcher();
+  for (const grouped_work& g : grouped) launch(g.stream, &run_enqueued, g.work);
+  grouped.clear();
+  return ncclSuccess;
+}
 
 // For nccl_points_bench: ncclGroupStart under a name the agent never stands before (the baseline).
 FAKE_NCCL ncclResult_t fake_raw_ncclGroupStart() { return ncclSuccess; }

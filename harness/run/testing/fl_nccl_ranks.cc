@@ -48,7 +48,8 @@ nccl_rank_state* map_state() {
   return p == MAP_FAILED ? nullptr : static_cast<nccl_rank_state*>(p);
 }
 
-// A rank after `collectives` all-reduces and one init, as the agent leaves it; magic last.
+// A rank after `collectives` all-reduces and one init, as the agent leaves it (each in the ring,
+// on one communicator); magic last.
 void fill(nccl_rank_state* s, int rank, std::uint32_t collectives) {
   s->version = faultline::agent::nccl_state_version;
   s->pid = ::getpid();
@@ -56,6 +57,12 @@ void fill(nccl_rank_state* s, int rank, std::uint32_t collectives) {
   s->nranks = 2;
   s->local_rank = rank;
   s->comms = 1;
+  s->comm_count = 1;
+  s->comm_table[0] = {0x5eed, 0x1000, 2, rank, collectives, 0};
+  for (std::uint32_t seq = 1; seq <= collectives; ++seq) {
+    auto& e = s->ring[seq % faultline::agent::nccl_ring_size];
+    e = {64, 0x5eed, seq, seq, id(nccl_api::all_reduce), 7, -1, 0};
+  }
   s->collectives = collectives;
   s->last_collective = id(nccl_api::all_reduce);
   s->calls[id(nccl_api::comm_init_rank)] = 1;
