@@ -58,7 +58,10 @@ void check_agent_points(const faults::spec& spec, spec_reader reader = spec_read
 /// program dlopens later are not seen (fn/ points cannot reach them either). `env`: the
 /// program's environment ("K=V").
 /// Returns FAULTLINE_INLINED's value for the agent (faults/preload/detail/inlined_sites.h): the
-/// inlined copies of the functions named, "" when there are none.
-std::string check_program_points(const faults::spec& spec, const std::vector<std::string>& argv, const std::vector<std::string>& env);
+/// inlined copies of the functions named, "" when there are none. `notes` (when given) gains, for
+/// each lock/ filter whose function is found but whose program has no DWARF, what it cannot see:
+/// copies inlined elsewhere, and the program's other functions that call that family's lock calls.
+std::string check_program_points(const faults::spec& spec, const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                                 std::vector<std::string>* notes = nullptr);
 
 }  // namespace faultline::harness

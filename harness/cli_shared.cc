@@ -355,6 +355,9 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
           << variants.size() << (variants.size() == 1 ? " variant" : " variants")
           << shard_header(s.sharding) << ", results in "
           << (s.out / "results.jsonl").string() << "\n";
+  for (const auto& v : variants) {
+    for (const auto& n : v.notes) ctx.err << "faultline: note: " << n << "\n";
+  }
   {
     std::string why;
     const bool in_run_dir = !variants.empty() && variants.front().in_run_dir;
@@ -544,11 +547,13 @@ variant command_variant(const std::vector<std::string>& cmd, const command_flags
   if (auto found = find_program(cmd[0]); !found) throw usage_error{"the command cannot be run: " + found.error().message()};
   const auto spec = *faults::parse(faults);  // checked by check_faults_flag
   std::string inlined;
+  std::vector<std::string> notes;
   if (!f.no_preload) {
     check_agent_points(spec, spec_reader::program);
-    inlined = check_program_points(spec, cmd, env);
+    inlined = check_program_points(spec, cmd, env, &notes);
   }
   variant v;
+  v.notes = std::move(notes);
   v.name = fs::path(cmd[0]).filename().string();
   v.argv = cmd;
   v.faults = faults;

@@ -28,6 +28,10 @@
 #   lock-release     lock/sem/release@unlock_shrreg=25%kill: just before the region's semaphore is
 #                    posted (the owner already cleared: HAMi issue #2500's window). In an optimized
 #                    build unlock_shrreg ends in `jmp sem_post@plt`, a tail call the filter follows
+#   release-inlined  lock/sem/release@init_proc_slot_withlock=25%kill: the same window where the
+#                    Release build inlined unlock_shrreg (into init_proc_slot_withlock, which then
+#                    ends in `jmp sem_post@plt` itself): what the check before run 1's note on
+#                    lock-release names, since there only the out-of-line copy is seen
 #   postinit         lock/sem/acquired@lock_postinit=25%kill: just after postInit's semaphore was
 #                    taken (host PID detection, serialised across processes since 3273df8)
 #   usage-update     fn/add_gpu_device_memory_usage+OFFSET=P%kill: after the update's first locked
@@ -84,6 +88,7 @@ spec_of() {  # spec_of COMMIT NAME
     lock-acquired) echo 'lock/sem/acquired@lock_shrreg=25%kill' ;;
     lock-held) echo 'fn/clear_proc_slot_nolock=25%kill' ;;
     lock-release) echo 'lock/sem/release@unlock_shrreg=25%kill' ;;
+    release-inlined) echo 'lock/sem/release@init_proc_slot_withlock=25%kill' ;;
     postinit) echo 'lock/sem/acquired@lock_postinit=25%kill' ;;
     usage-update)
       [ -f "$hami/$1/usage-point" ] || return 0

@@ -261,6 +261,18 @@ TEST(lock_points, a_filter_matches_a_compiler_clone_that_tail_calls_the_lock) {
   const exec_result x = exec_program(r, "lock/sem/release@give_slot=print", program + " isra");
   EXPECT_EQ(x.code, 0) << x.err;
   EXPECT_NE(x.logs.find("reached in give_slot.isra.0, a tail call"), std::string::npos) << x.logs << x.err;
+  // Without DWARF, copies of give_slot inlined elsewhere would be unseen: said before run 1, with
+  // the program's other functions that post (what to name if the point is never reached).
+  EXPECT_NE(x.err.find("faultline: note: lock/sem/release@give_slot: without DWARF (.debug_info), copies of give_slot "
+                       "that the compiler inlined into other functions cannot be seen"),
+            std::string::npos)
+      << x.err;
+  EXPECT_NE(x.err.find("name one of the other functions that call sem_post: "), std::string::npos) << x.err;
+  EXPECT_EQ(x.err.find("call sem_post: give_slot"), std::string::npos) << x.err;
+  // With DWARF there is nothing unseen to say.
+  const exec_result d = exec_program(r, "lock/sem/release@give_slot=print", std::string(FAULTLINE_OPTIMIZED_LOCKS_G) + " isra");
+  EXPECT_EQ(d.code, 0) << d.err;
+  EXPECT_EQ(d.err.find("faultline: note:"), std::string::npos) << d.err;
 }
 
 // settle_slot posts only on its unlikely path, which GCC moved to settle_slot.cold: the frame

@@ -85,6 +85,9 @@ struct variant {
   /// The options of the command line that made it which change what its runs do (timeout, env,
   /// preload, crash capture), as a replay gives them again: recorded in each run's `replay`.
   std::vector<std::string> replay;
+  /// What the checks before run 1 found worth saying about its spec without refusing it (a
+  /// function named without DWARF, whose inlined copies cannot be seen), printed before run 1.
+  std::vector<std::string> notes;
 };
 
 /// Which runs keep their log and run directory once recorded.
