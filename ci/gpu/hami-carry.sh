@@ -55,6 +55,27 @@ for line in sys.stdin.read().splitlines():
 sys.exit(1)' >"$dest/$commit/usage-point" ||
     { rm -f "$dest/$commit/usage-point"; echo "hami-carry.sh: no locked add in add_gpu_device_memory_usage of $lib: no usage-update point" >&2; }
   sed 's/.*+//' "$dest/$commit/usage-point" >"$dest/$commit/usage-offset" 2>/dev/null || true
-  echo "$commit: $(cat "$dest/$commit/usage-point" 2>/dev/null || echo 'no usage-update point')"
+  # The region lock's release as init_proc_slot_withlock does it in an optimized build (issue 39):
+  # unlock_shrreg inlined there, the owner cleared, then `jmp sem_post@plt`: the jump's own
+  # instruction, as fn/SYMBOL+OFFSET in DEST/COMMIT/release-point. A lock/sem/release filter cannot
+  # name that window: the chain pthread_once -> initialized -> jmp init_proc_slot_withlock -> jmp
+  # sem_post leaves no frame or call of those functions before sem_post's return address.
+  objdump -d --no-show-raw-insn "$dest/$commit/libvgpu.so" | python3 -c '
+import re, sys
+start = None
+for line in sys.stdin.read().splitlines():
+    m = re.match(r"([0-9a-f]+) <(init_proc_slot_withlock)>:$", line)
+    if m:
+        start = int(m.group(1), 16)
+    elif start is not None:
+        i = re.match(r"\s*([0-9a-f]+):\s+(jmp|call)\s+\S+ <sem_post@plt>", line)
+        if i:
+            print("init_proc_slot_withlock+%s" % hex(int(i.group(1), 16) - start))
+            sys.exit(0)
+        if not line.strip():
+            start = None
+sys.exit(1)' >"$dest/$commit/release-point" ||
+    { rm -f "$dest/$commit/release-point"; echo "hami-carry.sh: no sem_post in init_proc_slot_withlock of $lib: no release-jump point" >&2; }
+  echo "$commit: $(cat "$dest/$commit/usage-point" 2>/dev/null || echo 'no usage-update point'); release: $(cat "$dest/$commit/release-point" 2>/dev/null || echo none)"
 done
 du -sh "$dest"

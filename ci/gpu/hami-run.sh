@@ -32,6 +32,9 @@
 #                    Release build inlined unlock_shrreg (into init_proc_slot_withlock, which then
 #                    ends in `jmp sem_post@plt` itself): what the check before run 1's note on
 #                    lock-release names, since there only the out-of-line copy is seen
+#   release-jump     fn/init_proc_slot_withlock+OFFSET=25%kill: that window as an instruction, the
+#                    `jmp sem_post@plt` itself (hami-carry.sh finds it): reached whatever the
+#                    tail calls around it, since a breakpoint needs no frame
 #   postinit         lock/sem/acquired@lock_postinit=25%kill: just after postInit's semaphore was
 #                    taken (host PID detection, serialised across processes since 3273df8)
 #   usage-update     fn/add_gpu_device_memory_usage+OFFSET=P%kill: after the update's first locked
@@ -89,6 +92,9 @@ spec_of() {  # spec_of COMMIT NAME
     lock-held) echo 'fn/clear_proc_slot_nolock=25%kill' ;;
     lock-release) echo 'lock/sem/release@unlock_shrreg=25%kill' ;;
     release-inlined) echo 'lock/sem/release@init_proc_slot_withlock=25%kill' ;;
+    release-jump)
+      [ -f "$hami/$1/release-point" ] || return 0
+      echo "fn/$(cat "$hami/$1/release-point")=25%kill" ;;
     postinit) echo 'lock/sem/acquired@lock_postinit=25%kill' ;;
     usage-update)
       [ -f "$hami/$1/usage-point" ] || return 0

@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-POINTS = ["clean", "lock-acquired", "lock-acquired-long", "lock-held", "lock-release", "release-inlined", "postinit", "usage-update"]
+POINTS = ["clean", "lock-acquired", "lock-acquired-long", "lock-held", "lock-release", "release-inlined", "release-jump", "postinit", "usage-update"]
 WORKER = re.compile(r"^worker (\d+): context ([0-9.]+) s, (\d+) allocations, longest ([0-9.]+) s$")
 
 
