@@ -92,14 +92,17 @@ int env_int(const char* name) noexcept {
   return *v == '\0' ? static_cast<int>(n) : -1;
 }
 
-// The mapped nccl.PID, or nullptr (no run directory, or it could not be made).
-nccl_rank_state* map_state_file(int pid) noexcept {
+// nccl.PID, mapped under the name nccl.PID.new until make_state has filled it in and renamed it:
+// a reader (the runner, a test) never sees it empty or half written, however early the process
+// is killed. nullptr when there is no run directory or it could not be made.
+nccl_rank_state* map_state_file(int pid, detail::fixed_string<4096>& path) noexcept {
   const char* dir = agent::run_dir();
   if (dir == nullptr) return nullptr;
-  detail::fixed_string<4096> path;
   path.str(dir).str("/").str(agent::nccl_file_prefix).dec(static_cast<std::uint64_t>(pid));
-  if (path.overflowed()) return nullptr;
-  const int fd = detail::sys::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  detail::fixed_string<4096> fresh;
+  fresh.str(path.c_str()).str(".new");
+  if (path.overflowed() || fresh.overflowed()) return nullptr;
+  const int fd = detail::sys::open(fresh.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return nullptr;
   void* at = MAP_FAILED;
   if (detail::sys::ftruncate(fd, sizeof(nccl_rank_state)) == 0) {
@@ -111,7 +114,8 @@ nccl_rank_state* map_state_file(int pid) noexcept {
 
 nccl_rank_state* make_state() noexcept {
   const int pid = static_cast<int>(faultline::core::host_pid());
-  nccl_rank_state* s = map_state_file(pid);
+  detail::fixed_string<4096> path;
+  nccl_rank_state* s = map_state_file(pid, path);
   file_backed = s != nullptr;
   if (s == nullptr) {
     s = &memory_state;
@@ -124,6 +128,12 @@ nccl_rank_state* make_state() noexcept {
   s->rank = env_rank >= 0 ? env_rank : s->local_rank;
   s->nranks = env_int("WORLD_SIZE");
   __atomic_store_n(&s->magic, agent::nccl_state_magic, __ATOMIC_RELEASE);  // filled in: last
+  if (file_backed) {
+    detail::fixed_string<4096> fresh;
+    fresh.str(path.c_str()).str(".new");
+    // Under its name only now. If the rename fails, the runner never sees this rank's file.
+    if (detail::sys::rename(fresh.c_str(), path.c_str()) != 0) file_backed = false;
+  }
   return s;
 }
 

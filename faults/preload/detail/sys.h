@@ -82,6 +82,14 @@ inline ssize_t write(int fd, const void* data, std::size_t n) noexcept {
 #endif
 }
 
+inline int rename(const char* from, const char* to) noexcept {
+#if FAULTLINE_SYS_THROUGH_LIBC
+  return ::rename(from, to);
+#else
+  return static_cast<int>(::syscall(SYS_renameat, AT_FDCWD, from, AT_FDCWD, to));
+#endif
+}
+
 inline int close(int fd) noexcept {
 #if FAULTLINE_SYS_THROUGH_LIBC
   return ::close(fd);
