@@ -238,6 +238,8 @@ ncclResult_t init_rank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) 
   if (c == nullptr) return ncclSystemError;
   std::snprintf(c->name, sizeof c->name, "%s", id.internal);
   barrier(c);  // every rank joined
+  // No rank needs the name any more: gone now, the segment cannot outlive a rank killed later.
+  if (rank == 0) ::shm_unlink(id.internal);
   *comm = c;
   return ncclSuccess;
 }
