@@ -15,6 +15,13 @@ the loop's. Targets (issue 16): faultline's overhead <= 0.5 ms per run at --jobs
   ci/overhead.py --build build --runs 2000 --rounds 5 --jobs 1
   ci/overhead.py --build build --runs 2000 --rounds 5 --jobs 2 --json records/overhead/cpu2-j2.json
 
+Where the time goes, in one command that writes its tables to a folder (records/overhead/):
+  ci/overhead.py --build build --breakdown OUTDIR [--scaling 1,2,4,8,16] [--runs 2000 --rounds 5]
+runs BUILD/bin/run_cost_bench (each step of a run timed on its own, run_once with its steps at
+1 thread and at every core, a campaign at --jobs 1 and --jobs = cores), then the loop and
+faultline arms at each --jobs of --scaling (default: 1 and the cores), and writes
+OUTDIR/run_cost_bench.json, OUTDIR/overhead-jJ.json and OUTDIR/breakdown.md (the tables).
+
 The program is BUILD/bin/fl_testdata_noop when it exists (main returns 0), else /bin/true.
 Extra faultline options go after `--faultline-args` (e.g. `--faultline-args=--no-preload`).
 `--variant NAME=WORDS` adds a faultline arm of its own, interleaved with the others: WORDS are
@@ -58,11 +65,23 @@ def main():
                     help="another faultline arm: bin=PATH and/or K=V environment settings (repeatable)")
     ap.add_argument("--label", default="", help="a name for this measurement in the JSON (machine, options)")
     ap.add_argument("--json", help="write the figures as JSON here")
+    ap.add_argument("--breakdown", metavar="OUTDIR",
+                    help="the breakdown: run_cost_bench, then the arms at each --scaling parallelism; tables in OUTDIR")
+    ap.add_argument("--scaling", help="with --breakdown: comma-separated --jobs values (default: 1 and the cores)")
+    ap.add_argument("--bench-min-time", default="0.3", help="with --breakdown: run_cost_bench's --benchmark_min_time (s)")
     a = ap.parse_args()
     if a.runs < 1 or a.rounds < 1 or a.jobs < 1:
         ap.error("--runs, --rounds and --jobs must be at least 1")
-    if a.runs % a.jobs:
-        ap.error("--runs must be a multiple of --jobs (each of the J loops runs runs/J times)")
+    scaling = [a.jobs]
+    if a.breakdown:
+        try:
+            scaling = [int(x) for x in (a.scaling or f"1,{os.cpu_count()}").split(",")]
+        except ValueError:
+            ap.error("--scaling: expected comma-separated numbers")
+        scaling = sorted(set(j for j in scaling if j >= 1))
+    for j in scaling:
+        if a.runs % j:
+            ap.error(f"--runs must be a multiple of --jobs {j} (each of the J loops runs runs/J times)")
     arms = [x.strip() for x in a.arms.split(",") if x.strip()]
     if not arms or set(arms) - {"loop", "ctest", "faultline"}:
         ap.error("--arms: expected some of loop, ctest, faultline")
@@ -94,6 +113,73 @@ def main():
         noop = os.path.abspath(os.path.join(a.build, "bin", "fl_testdata_noop"))
         program = noop if os.access(noop, os.X_OK) else "/bin/true"
     program = os.path.abspath(program) if os.path.exists(program) else program
+    if not a.breakdown:
+        measure(a, arms, variants, program, faultline)
+        return 0
+    os.makedirs(a.breakdown, exist_ok=True)
+    bench = breakdown_bench(a)
+    results = []
+    for j in scaling:
+        a.jobs = j
+        a.json = os.path.join(a.breakdown, f"overhead-j{j}.json")
+        results.append(measure(a, arms, variants, program, faultline))
+    write_breakdown(a, bench, results)
+    return 0
+
+
+def breakdown_bench(a):
+    """run_cost_bench's figures (its JSON), also kept in OUTDIR/run_cost_bench.json."""
+    exe = os.path.join(a.build, "bin", "run_cost_bench")
+    if not os.access(exe, os.X_OK):
+        sys.exit(f"overhead: {exe} not found: build the run_cost_bench target")
+    out = os.path.join(a.breakdown, "run_cost_bench.json")
+    r = subprocess.run([exe, f"--benchmark_min_time={a.bench_min_time}", "--benchmark_format=console",
+                        f"--benchmark_out={out}", "--benchmark_out_format=json"], stderr=subprocess.STDOUT)
+    if r.returncode != 0:
+        sys.exit(f"overhead: {exe} exited {r.returncode}")
+    with open(out) as f:
+        return json.load(f)
+
+
+STEPS = ["prepare", "arm", "spawn", "program", "end", "cores", "reap", "output", "judge"]
+
+
+def write_breakdown(a, bench, results):
+    """OUTDIR/breakdown.md: the steps of a run, each cost on its own, and the arms at each --jobs."""
+    by_name = {b["name"]: b for b in bench["benchmarks"] if b.get("run_type", "iteration") == "iteration"}
+    ctx = bench.get("context", {})
+    lines = [f"# Where a run's time goes ({ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs, "
+             f"{ctx.get('date', '')}; load average before: {os.getloadavg()[0]:.2f})", ""]
+    lines += ["## run_once of the no-op, step by step (us a run; run_report::steps)", "",
+              "| step | " + " | ".join(n for n in by_name if n.startswith("run/")) + " |",
+              "|---|" + "---:|" * sum(1 for n in by_name if n.startswith("run/"))]
+    runs = [by_name[n] for n in by_name if n.startswith("run/")]
+    for step in STEPS + ["run_once"]:
+        lines.append(f"| {step} | " + " | ".join(f"{b.get(step + '_us', 0):.1f}" for b in runs) + " |")
+    lines += ["", "## Each cost on its own (us an iteration, wall clock)", "", "| what | us |", "|---|---:|"]
+    for n, b in by_name.items():
+        if n.startswith("run/") or n.startswith("campaign/"):
+            continue
+        lines.append(f"| {n} | {b['real_time']:.2f} |")
+    lines += ["", "## A campaign of the no-op (run_campaign, its results file and all)", "",
+              "| campaign | us a run |", "|---|---:|"]
+    for n, b in by_name.items():
+        if n.startswith("campaign/"):
+            lines.append(f"| {n} (jobs/runs) | {b.get('us_per_run', 0):.1f} |")
+    lines += ["", f"## Whole processes: faultline exec against shell loops ({a.runs} runs x {a.rounds} rounds, medians)", "",
+              "| --jobs | arm | ms a run | IQR | over the loop | throughput vs loops |", "|---:|---|---:|---|---:|---:|"]
+    for res in results:
+        for row in res["rows"]:
+            over = "" if row["overhead_ms"] is None else f"{row['overhead_ms']:+.3f} ms"
+            thr = "" if row["throughput_vs_loop"] is None else f"{row['throughput_vs_loop']:.2f}x"
+            lines.append(f"| {res['jobs']} | {row['arm']} | {row['ms_per_run']:.3f} | {row['q1']:.3f}-{row['q3']:.3f} | {over} | {thr} |")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(a.breakdown, "breakdown.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+def measure(a, arms, variants, program, faultline):
     per_loop = a.runs // a.jobs
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAULTLINE_")}
 
@@ -160,7 +246,7 @@ def main():
                        "faultline_args": a.faultline_args, "cores": os.cpu_count(), "rows": rows,
                        "variants": variants,
                        "seconds": {arm: times[arm] for arm in arms}}, f, indent=1)
-    return 0
+    return {"jobs": a.jobs, "rows": rows}
 
 
 if __name__ == "__main__":

@@ -144,6 +144,11 @@ void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
   add_timeout_option(sub, a.timeout);
   sub->add_option("--jobs,-j", a.jobs, with_defaults("runs at once (default {jobs}; at most {max_jobs}; never more than there are runs)"))
       ->check(positive_count);
+  sub->add_option("--schedule", a.schedule,
+                  "what a run in flight takes of --jobs: slots (its slots, one unless --slots, from its start to its "
+                  "end: never more than --jobs at once, as a rate measured at a parallelism needs) or cpu (its slots "
+                  "for its first 250 ms, then what its cgroup measures it using: runs that wait for a child, a lock or "
+                  "their timeout lend their slots, up to 4 x --jobs runs at once) (default " + a.schedule + ")");
   sub->add_option("--seed", a.seed, "base seed S: run k gets S+k (default: from the clock, printed)");
   sub->add_option("--out,-o", a.out, with_defaults("output directory (default {out}; the last one given counts)"))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -235,6 +240,9 @@ settings resolve(const raw_args& a, std::uint64_t repeat_default) {
   if (a.jobs > max_jobs)
     throw usage_error{"--jobs " + std::to_string(a.jobs) + ": at most " + std::to_string(max_jobs) + " runs at once"};
   s.jobs = static_cast<unsigned>(a.jobs);
+  auto schedule = schedule_kind_from_string(a.schedule);
+  if (!schedule) throw usage_error{"--schedule '" + a.schedule + "': expected slots or cpu"};
+  s.schedule = *schedule;
   auto keep = keep_policy_from_string(a.keep);
   if (!keep) throw usage_error{"--keep '" + a.keep + "': expected failures, all or none"};
   s.keep = *keep;
@@ -331,6 +339,7 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
   o.seed = s.seed;
   o.until_fail = s.until_fail;
   o.jobs = s.jobs;
+  o.schedule = s.schedule;
   o.part = s.part;
   o.out_dir = s.out;
   o.grace = s.grace;
@@ -365,10 +374,14 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
     if (in_run_dir) fs::create_directories(s.out / "runs", ec);  // where the runs' cores will land
     const crash_capture used = resolve_crash_capture(s.crash, &why, in_run_dir ? fs::absolute(s.out / "runs") : fs::path());
     ctx.err << "faultline: containment " << containment_summary() << "\n";
+    if (s.schedule == schedule_kind::cpu)
+      ctx.err << "faultline: schedule cpu: " << s.jobs << (s.jobs == 1 ? " CPU" : " CPUs")
+              << " of runs' measured use, up to " << std::min(max_jobs, s.jobs * cpu_overcommit) << " runs at once\n";
     s.crash_used = to_string(used);
     ctx.err << "faultline: crash capture " << to_string(used);
     if (used == crash_capture::core) ctx.err << " (each crash's core dump is read: every thread's stack)";
-    if (used == crash_capture::core && !in_run_dir && s.jobs > 1 && !core_names_are_unique())
+    const bool overlapping = s.jobs > 1 || s.schedule == schedule_kind::cpu;
+    if (used == crash_capture::core && !in_run_dir && overlapping && !core_names_are_unique())
       ctx.err << " (" << shared_core_name_note << ")";
     if (!why.empty()) ctx.err << " (" << why << ")";
     if (used == crash_capture::none && s.crash == crash_capture::automatic)

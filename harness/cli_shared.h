@@ -51,6 +51,7 @@ struct raw_args {
   std::string log_limit = size_text(default_log_limit_bytes);
   std::string keep = "failures";
   std::string crash = "auto";
+  std::string schedule = "slots";
   bool json = false, until_fail = false, no_stacks = false, all = false, resume = false, replace = false, late_cuda = false;
   std::vector<std::string> env, names;
   double target_rate = 0;
@@ -65,6 +66,7 @@ struct settings {
   std::chrono::milliseconds grace{default_grace};
   std::uint64_t log_limit = default_log_limit_bytes;
   unsigned jobs = default_jobs;
+  schedule_kind schedule = schedule_kind::slots;
   std::uint64_t seed = 0;
   fs::path out;
   bool json = false;

@@ -245,6 +245,14 @@ std::optional<keep_policy> keep_policy_from_string(std::string_view s) noexcept 
   return std::nullopt;
 }
 
+std::string_view to_string(schedule_kind k) noexcept { return k == schedule_kind::cpu ? "cpu" : "slots"; }
+
+std::optional<schedule_kind> schedule_kind_from_string(std::string_view s) noexcept {
+  for (schedule_kind k : {schedule_kind::slots, schedule_kind::cpu})
+    if (to_string(k) == s) return k;
+  return std::nullopt;
+}
+
 std::string make_run_id(const std::string& name, std::uint64_t seed) {
   std::string id;
   for (char c : name) {
@@ -359,7 +367,7 @@ class campaign {
   core::status resume_run(const run_record& r, std::uint64_t line, bool has_manifest);
   unsigned run_workers(unsigned jobs);
   void worker(unsigned slot);
-  bool perform_run(std::uint64_t k, const fs::path& slot_dir);
+  bool perform_run(std::uint64_t k, const fs::path& slot_dir, run_cpu_use* use);
   run_request request_for(const variant& v, std::uint64_t seed, const std::string& faults, const std::string& id,
                           const fs::path& slot_dir) const;
   void record_run(std::uint64_t k, const run_record& rec, bool keep, const fs::path& slot_dir);
@@ -466,8 +474,8 @@ core::result<campaign_result> campaign::perform() {
   warn_.through(&*progress_);
   scheduler_.emplace(o_, numbering_, std::move(tally_), &*progress_);
   // No more threads than runs: a thread without a run to take only costs memory.
-  const unsigned jobs =
-      static_cast<unsigned>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(o_.jobs, scheduler_->stopped() ? 1 : to_perform)));
+  const unsigned jobs = static_cast<unsigned>(
+      std::max<std::uint64_t>(1, std::min<std::uint64_t>(scheduler_->most_in_flight(), scheduler_->stopped() ? 1 : to_perform)));
   check_shm_ = jobs == 1;
   const auto shm_before = faultline_shm_entries();
   const unsigned threads = run_workers(jobs);
@@ -503,17 +511,20 @@ unsigned campaign::run_workers(unsigned jobs) {
 // to create a file in a directory that exists). An interrupted run ends the thread.
 void campaign::worker(unsigned slot) {
   const fs::path dir = slot_dir(slot);
-  while (auto k = scheduler_->claim())
-    if (!perform_run(*k, dir)) return;
+  run_cpu_use use;  // what the scheduler measures this thread's runs by (schedule_kind::cpu)
+  run_cpu_use* measured = o_.schedule == schedule_kind::cpu ? &use : nullptr;
+  while (auto k = scheduler_->claim(measured))
+    if (!perform_run(*k, dir, measured)) return;
 }
 
 // Performs run k and records it; false when it was interrupted (it is not recorded).
-bool campaign::perform_run(std::uint64_t k, const fs::path& slot_dir) {
+bool campaign::perform_run(std::uint64_t k, const fs::path& slot_dir, run_cpu_use* use) {
   const variant& v = numbering_.variant_of(k);
   const std::uint64_t seed = numbering_.seed_of(k);
   const std::string id = make_run_id(v.name, seed);
   const std::string faults = numbering_.faults_of(k);
   run_request rq = request_for(v, seed, faults, id, slot_dir);
+  rq.cpu = use;
   // Decided once the run is classified, so that a passing run kept by no one has no log file.
   bool keep = true;
   rq.keep_log = [&](const run_report& r) {

@@ -102,6 +102,34 @@ std::string_view to_string(keep_policy k) noexcept;
 /// Inverse of to_string; nullopt for anything else.
 std::optional<keep_policy> keep_policy_from_string(std::string_view s) noexcept;
 
+/// How runs share `jobs` (campaign_options::schedule).
+enum class schedule_kind {
+  /// A run takes its slots from its start to its record: never more than `jobs` slots in flight.
+  /// What rates measured at a parallelism need (§8.2: compare rates only at equal parallelism).
+  slots,
+  /// A run takes its slots while it computes. Once it has been measured for cpu_lend_after, it
+  /// counts what its cgroup measures it using (cpu_use.h: the CPUs of its last two sampling
+  /// windows, at most its slots), so runs that wait (for a
+  /// child, a lock, their own timeout) lend their slots to new runs; a run the harness is ending
+  /// (its stacks, its cores) counts one; at most cpu_overcommit x jobs runs are in flight. A run without a cgroup of its own
+  /// (no cgroup containment) is never measured and takes its slots throughout, as with `slots`.
+  cpu,
+};
+
+/// "slots", "cpu".
+std::string_view to_string(schedule_kind k) noexcept;
+/// Inverse of to_string; nullopt for anything else.
+std::optional<schedule_kind> schedule_kind_from_string(std::string_view s) noexcept;
+
+/// schedule_kind::cpu: how long a run counts its whole slots before its measured use counts, how
+/// often runs are measured while a run waits for room, and how many runs per job may be in flight.
+/// (Measured on the 2-core VM, records/overhead/README.md: lending after 100 ms, sampling every
+/// 25 ms and counting a run under 10% of a CPU as none failed 4 clean runs of 510 of the catalog,
+/// accounting/ lock-wait bounds among them; these values failed none of 2,600.)
+inline constexpr std::chrono::milliseconds cpu_lend_after{250};
+inline constexpr std::chrono::milliseconds cpu_sample_period{50};
+inline constexpr unsigned cpu_overcommit = 4;
+
 /// How to run the campaign.
 struct campaign_options {
   std::vector<variant> variants;
@@ -109,6 +137,7 @@ struct campaign_options {
   std::uint64_t seed = 0;                ///< repetition r runs with seed + r
   bool until_fail = false;               ///< start no new run after the first failure
   unsigned jobs = default_jobs;          ///< runs at once: 1..max_jobs, lowered to the runs to perform
+  schedule_kind schedule = schedule_kind::slots;  ///< what a run in flight takes of `jobs`
   shard part;                            ///< which runs this process performs
   std::filesystem::path out_dir = default_campaign_out_dir;
   std::chrono::milliseconds grace{default_grace};
@@ -162,7 +191,7 @@ struct campaign_result {
   std::uint64_t performed = 0;           ///< runs performed by this call
   std::uint64_t resumed = 0;             ///< runs found already recorded (resume), counted once
   std::uint64_t planned = 0;             ///< runs this campaign (its shard) is made of; 0 with a deadline
-  unsigned jobs = 0;                     ///< runs that were in flight at once, at most
+  unsigned jobs = 0;                     ///< worker threads: runs that could be in flight at once
   std::vector<std::string> warnings;     ///< every warning given through `warn`, in order
   bool interrupted = false;              ///< cancelled before the end
   bool stopped_early = false;            ///< --until-fail stopped it

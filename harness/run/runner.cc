@@ -499,11 +499,20 @@ run_report run_once(const run_request& rq) {
   run_evidence& ev = rep.evidence;
   ev.run_dir = rq.run_dir;
   ev.log_path = rq.log_path;
+  // Each step's time goes to rep.steps: a clock read (vDSO, tens of ns) per step.
+  auto mark = clock::now();
+  auto step = [&mark](std::chrono::microseconds& into) {
+    const auto now = clock::now();
+    into = std::chrono::duration_cast<std::chrono::microseconds>(now - mark);
+    mark = now;
+  };
 
+  if (rq.cpu) rq.cpu->begin();
   run_context run(rq, rep);
   auto ready = prepare(rq, run.output);
   if (!ready || !subreaper) return spawn_failed(rep, (!ready ? ready : subreaper).message());
   ev.premature_exit_armed = true;
+  step(rep.steps.prepare);
 
   auto env = run_environment(rq);
   std::error_code cwd_ec;
@@ -515,6 +524,7 @@ run_report run_once(const run_request& rq) {
   }
 
   const spawn_options so = spawn_options_of(run, std::move(env));
+  step(rep.steps.arm);
   const auto start = clock::now();
   auto spawned = spawn(so);
   run.output->close_write_end();  // the run's processes hold it now
@@ -526,17 +536,25 @@ run_report run_once(const run_request& rq) {
   child& leader = *spawned;
   ev.leader = leader.pid();
   process_tree tree(leader.pid(), fs::absolute(rq.run_dir).string());
+  step(rep.steps.spawn);
+  if (rq.cpu) rq.cpu->attach(run_cgroup_of(leader.pid()));
 
   const bool exited = wait_for_leader(run, leader, tree, start);
+  if (rq.cpu) rq.cpu->detach();
   rep.duration = since(start);
   const auto end_of_run = clock::now();
+  step(rep.steps.program);
   if (exited) end_exited_run(run, leader, tree);
   else end_unfinished_run(run, leader, tree);
+  step(rep.steps.end);
   capture_crash_core(run, tree);
   ev.crash_stacks_path = run.crash_stacks;
+  step(rep.steps.cores);
   tree.reap();
   reap_strays();
+  step(rep.steps.reap);
   finish_output(run, end_of_run);
+  step(rep.steps.output);
 
   if (rq.check_shm) collect_leaked_shm(run.shm_before, ev);
   rep.verdict = classify(ev);
@@ -545,6 +563,7 @@ run_report run_once(const run_request& rq) {
     if (rq.keep_log(rep)) run.output->commit();
     else run.output->discard();
   }
+  step(rep.steps.judge);
   return rep;
 }
 

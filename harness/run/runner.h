@@ -43,6 +43,7 @@
 
 #include "harness/detail/defaults.h"
 #include "harness/run/classify.h"
+#include "harness/run/cpu_use.h"
 #include "harness/run/output_capture.h"
 #include "harness/run/stacks.h"
 
@@ -95,6 +96,24 @@ struct run_request {
   /// run. The log of a run that did not exit 0 is written before it is classified anyway (the
   /// classifier reads a failure's invariant from it) and removed again when this says no.
   std::function<bool(const run_report&)> keep_log;
+  /// Attached to the run's cgroup while its program runs (cpu_use.h), for a campaign that admits
+  /// runs by what they use; null: not measured. Outlives the call.
+  run_cpu_use* cpu = nullptr;
+};
+
+/// Where a run's time went, step by step, on the harness's clock (steady_clock): what the
+/// overhead breakdown reads (runner_bench.cc, ci/overhead.py). The steps follow one another, so
+/// their sum is run_once's time but for what destructors spend after the verdict.
+struct run_steps {
+  std::chrono::microseconds prepare{0};  ///< run directory emptied, phase table reset, output pipe and its thread
+  std::chrono::microseconds arm{0};      ///< environment, crash capture (core keeper), /dev/shm snapshot
+  std::chrono::microseconds spawn{0};    ///< cgroup from the pool, clone3 into it, until the program's exec
+  std::chrono::microseconds program{0};  ///< exec to the leader's exit seen (the program, its loader and agent)
+  std::chrono::microseconds end{0};      ///< leader reaped, tree looked at (leaks), or a hang's stacks and kill
+  std::chrono::microseconds cores{0};    ///< the run's cores claimed, read, removed
+  std::chrono::microseconds reap{0};     ///< the tree and strays reaped
+  std::chrono::microseconds output{0};   ///< the pipe drained to its end, the drain thread joined
+  std::chrono::microseconds judge{0};    ///< /dev/shm leaks, classification, the log kept or dropped
 };
 
 /// A performed run.
@@ -107,6 +126,7 @@ struct run_report {
   std::vector<int> stuck_pids;            ///< processes that survived SIGKILL (uninterruptible)
   bool interrupted = false;               ///< cancelled: the verdict is meaningless
   output_stats output;                    ///< what the run wrote to stdout and stderr
+  run_steps steps;                        ///< where its time went
 };
 
 /// Performs one run (see the file comment). Never throws; a run that cannot be started is

@@ -56,7 +56,47 @@ bool run_scheduler::checkpoint_due() const {
   return o_.checkpoint && o_.checkpoint_runs > 0 && since_checkpoint_ >= o_.checkpoint_runs;
 }
 
-std::optional<std::uint64_t> run_scheduler::claim() {
+unsigned run_scheduler::most_in_flight() const {
+  return o_.schedule == schedule_kind::cpu ? std::min(max_jobs, o_.jobs * cpu_overcommit) : o_.jobs;
+}
+
+// The slots the runs in flight take now (schedule_kind::cpu): a run counts its slots until it has
+// been measured for cpu_lend_after, then the larger of its last two windows' use, at most its
+// slots. A run that cannot be read counts its slots, but one the harness is ending counts one:
+// that work (a hang's stacks, a crash's core, the reaping) is done on the run's one thread.
+double run_scheduler::measured_slots() {
+  double used = 0;
+  for (auto& f : flights_) {
+    auto now = f.use ? f.use->read() : std::nullopt;
+    if (!now) {
+      f.first.reset();
+      f.last.reset();
+      used += f.use && f.use->where() == run_cpu_use::stage::ending ? 1 : f.slots;
+      continue;
+    }
+    if (!f.first) {
+      f.first = f.last = now;
+      used += f.slots;
+      continue;
+    }
+    const auto window = std::chrono::duration<double>(now->at - f.last->at).count();
+    if (window * 1000 >= static_cast<double>(cpu_sample_period.count()) / 2) {
+      f.cpus_before = f.cpus;
+      f.cpus = std::chrono::duration<double>(now->usage - f.last->usage).count() / window;
+      f.last = now;
+    }
+    used += now->at - f.first->at < cpu_lend_after ? f.slots : std::min<double>(f.slots, std::max(f.cpus, f.cpus_before));
+  }
+  return used;
+}
+
+bool run_scheduler::room_for(unsigned slots) {
+  if (slots_in_use_ + slots <= o_.jobs) return true;
+  if (o_.schedule != schedule_kind::cpu || in_flight_ >= most_in_flight()) return false;
+  return measured_slots() + slots <= o_.jobs;
+}
+
+std::optional<std::uint64_t> run_scheduler::claim(run_cpu_use* use) {
   std::unique_lock lock(mu_);
   for (;;) {
     const std::uint64_t total = numbering_.total();
@@ -67,16 +107,18 @@ std::optional<std::uint64_t> run_scheduler::claim() {
       return std::nullopt;
     }
     const bool due = checkpoint_due();
-    if (!due && !checkpointing_ && slots_in_use_ + numbering_.slots_of(next_) <= o_.jobs) break;
+    if (!due && !checkpointing_ && room_for(numbering_.slots_of(next_))) break;
     if (due && !checkpointing_ && in_flight_ == 0) {
       run_checkpoint(lock);
       continue;
     }
-    idle_.wait_for(lock, std::chrono::milliseconds(100));
+    idle_.wait_for(lock, o_.schedule == schedule_kind::cpu ? cpu_sample_period : std::chrono::milliseconds(100));
   }
   const std::uint64_t k = next_++;
   ++in_flight_;
   slots_in_use_ += numbering_.slots_of(k);
+  if (use) use->begin();  // not the thread's last run, which was ending
+  if (o_.schedule == schedule_kind::cpu) flights_.push_back({.k = k, .slots = numbering_.slots_of(k), .use = use, .first = {}, .last = {}, .cpus = 0, .cpus_before = 0});
   return k;
 }
 
@@ -104,6 +146,7 @@ bool run_scheduler::keep_pass(std::uint64_t k) {
 void run_scheduler::end_run(std::uint64_t k) {
   --in_flight_;
   slots_in_use_ -= numbering_.slots_of(k);
+  std::erase_if(flights_, [k](const flight& f) { return f.k == k; });
   idle_.notify_all();  // a checkpoint waiting for no run in flight, a wide run for room
 }
 

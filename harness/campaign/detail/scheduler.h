@@ -27,6 +27,7 @@
 #include "harness/campaign/progress.h"
 #include "harness/results/results.h"
 #include "harness/results/summary.h"
+#include "harness/run/cpu_use.h"
 
 namespace faultline::harness::detail {
 
@@ -81,6 +82,8 @@ class campaign_tally {
 /// options' jobs (a wide run waits for room rather than being overtaken), never while a
 /// checkpoint is due or running: after every checkpoint_runs runs recorded, the first thread to
 /// see no run in flight runs the checkpoint, outside the lock, while the others wait.
+/// With schedule_kind::cpu the slots in flight are what the runs' cgroups measure them using
+/// (campaign.h), sampled every cpu_sample_period by a claim that waits for room.
 class run_scheduler {
  public:
   /// `progress` (may be null) is updated as runs are recorded. The options and numbering must
@@ -90,7 +93,10 @@ class run_scheduler {
 
   /// Blocks until the next run may start and claims it; nullopt when none will: all performed,
   /// stopped (until_fail, a record that could not be written), cancelled or past the deadline.
-  std::optional<std::uint64_t> claim();
+  /// `use` (schedule_kind::cpu; may be null) is what the run will be measured by, until its end.
+  std::optional<std::uint64_t> claim(run_cpu_use* use = nullptr);
+  /// Runs that may be in flight at once: jobs, or cpu_overcommit x jobs with schedule_kind::cpu.
+  [[nodiscard]] unsigned most_in_flight() const;
   /// Whether run k, which passed, keeps its files: the first keep_passes passes of each variant
   /// (every one with keep_policy::all, none with none). Counts it when it does.
   bool keep_pass(std::uint64_t k);
@@ -116,6 +122,16 @@ class run_scheduler {
   bool checkpoint_due() const;
   void run_checkpoint(std::unique_lock<std::mutex>& lock);
   void end_run(std::uint64_t k);
+  // A run in flight, as schedule_kind::cpu measures it.
+  struct flight {
+    std::uint64_t k = 0;
+    unsigned slots = 1;
+    const run_cpu_use* use = nullptr;
+    std::optional<run_cpu_use::sample> first, last;  // first: when its measurement began
+    double cpus = 0, cpus_before = 0;                 // the last two windows' use, in CPUs
+  };
+  bool room_for(unsigned slots);
+  double measured_slots();
 
   const campaign_options& o_;
   const run_numbering& numbering_;
@@ -127,6 +143,7 @@ class run_scheduler {
   campaign_tally tally_;
   std::uint64_t next_ = 0;  // the lowest run number not claimed
   unsigned in_flight_ = 0, slots_in_use_ = 0;
+  std::vector<flight> flights_;  // schedule_kind::cpu only
   std::uint64_t since_checkpoint_ = 0;
   bool checkpointing_ = false;
   std::uint64_t performed_ = 0;

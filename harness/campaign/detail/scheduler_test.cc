@@ -5,13 +5,17 @@
 // recorded, and holds new runs back while it runs; until_fail, a record that cannot be written,
 // the cancel flag and the deadline each stop the handing out. Method: the tests play the workers
 // themselves, claiming and recording by hand; a claim expected to block runs on a thread of its
-// own, checked not to return until the event that frees it.
+// own, checked not to return until the event that frees it. With schedule_kind::cpu a run is
+// measured through a stand-in for its cgroup: a folder whose cpu.stat the test writes.
 #include "harness/campaign/detail/scheduler.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <chrono>
 #include <future>
 #include <sstream>
@@ -266,6 +270,116 @@ TEST(run_scheduler, progress_after_a_resume_counts_runs_and_failures_alike) {
     ASSERT_EQ(std::sscanf(line.c_str(), "faultline: %lu/10 runs (2 resumed), %lu", &done, &failures), 2) << line;
     EXPECT_LE(failures, done) << line;
   }
+}
+
+// A run's cgroup as run_cpu_use reads it: a folder holding cpu.stat, whose usage the test sets.
+class fake_cgroup {
+ public:
+  fake_cgroup() : dir_(std::filesystem::temp_directory_path() / ("fl_sched_test." + std::to_string(::getpid()) + "." +
+                                                                 std::to_string(next_++))) {
+    std::filesystem::create_directories(dir_);
+    set_usage(0);
+  }
+  ~fake_cgroup() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  void set_usage(std::uint64_t usec) {
+    std::ofstream(dir_ / "cpu.stat") << "usage_usec " << usec << "\nuser_usec 0\nsystem_usec 0\n";
+  }
+  std::string dir() const { return dir_.string(); }
+
+ private:
+  static inline std::atomic<int> next_{0};
+  std::filesystem::path dir_;
+};
+
+TEST(run_scheduler, cpu_schedule_lends_the_slots_of_a_run_that_waits) {
+  campaign_options o = two_variants(4, 1);
+  o.schedule = schedule_kind::cpu;
+  run_numbering n(o);
+  run_scheduler s(o, n, campaign_tally(o), nullptr);
+  EXPECT_EQ(s.most_in_flight(), cpu_overcommit);
+  fake_cgroup cg;
+  run_cpu_use use;
+  ASSERT_EQ(s.claim(&use), 0u);
+  use.attach(cg.dir());  // as run_once does once the program has started; it never uses a CPU
+  auto next = claim_later(s);
+  ASSERT_EQ(next.wait_for(20s), std::future_status::ready) << "a run measured idle did not lend its slot";
+  EXPECT_EQ(next.get(), 1u);
+  s.record(0, scheduled_record(n, 0));
+  s.record(1, scheduled_record(n, 1));
+}
+
+TEST(run_scheduler, cpu_schedule_keeps_the_slots_of_a_run_that_computes) {
+  campaign_options o = two_variants(4, 1);
+  o.schedule = schedule_kind::cpu;
+  run_numbering n(o);
+  run_scheduler s(o, n, campaign_tally(o), nullptr);
+  fake_cgroup cg;
+  run_cpu_use use;
+  ASSERT_EQ(s.claim(&use), 0u);
+  use.attach(cg.dir());
+  // The run uses a whole CPU: its usage grows as fast as the clock.
+  std::atomic<bool> done{false};
+  std::thread busy([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!done) {
+      cg.set_usage(static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count()));
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  auto next = claim_later(s);
+  EXPECT_EQ(next.wait_for(cpu_lend_after * 4), std::future_status::timeout) << "a computing run's slot was lent";
+  done = true;
+  busy.join();
+  use.detach();  // the run ends: it counts its slot until it is recorded
+  s.record(0, scheduled_record(n, 0));
+  EXPECT_EQ(next.get(), 1u);
+  s.record(1, scheduled_record(n, 1));
+}
+
+TEST(run_scheduler, cpu_schedule_never_lends_the_slots_of_a_run_it_cannot_measure) {
+  campaign_options o = two_variants(4, 1);
+  o.schedule = schedule_kind::cpu;
+  run_numbering n(o);
+  run_scheduler s(o, n, campaign_tally(o), nullptr);
+  run_cpu_use use;  // never attached: no cgroup of its own
+  ASSERT_EQ(s.claim(&use), 0u);
+  auto next = claim_later(s);
+  EXPECT_TRUE(still_waiting(next));
+  EXPECT_EQ(next.wait_for(cpu_lend_after * 2), std::future_status::timeout);
+  s.record(0, scheduled_record(n, 0));
+  EXPECT_EQ(next.get(), 1u);
+  s.record(1, scheduled_record(n, 1));
+}
+
+TEST(run_scheduler, cpu_schedule_has_at_most_overcommit_times_jobs_in_flight) {
+  campaign_options o = two_variants(8, 1);
+  o.schedule = schedule_kind::cpu;
+  run_numbering n(o);
+  run_scheduler s(o, n, campaign_tally(o), nullptr);
+  std::vector<std::unique_ptr<fake_cgroup>> cgs;
+  std::vector<std::unique_ptr<run_cpu_use>> uses;
+  for (unsigned i = 0; i < cpu_overcommit; ++i) {
+    cgs.push_back(std::make_unique<fake_cgroup>());
+    uses.push_back(std::make_unique<run_cpu_use>());
+    auto k = i == 0 ? s.claim(uses.back().get()) : std::optional<std::uint64_t>();
+    if (i > 0) {
+      auto f = std::async(std::launch::async, [&] { return s.claim(uses.back().get()); });
+      ASSERT_EQ(f.wait_for(20s), std::future_status::ready);
+      k = f.get();
+    }
+    ASSERT_EQ(k, i);
+    uses.back()->attach(cgs.back()->dir());
+  }
+  auto over = claim_later(s);
+  EXPECT_EQ(over.wait_for(cpu_lend_after * 3), std::future_status::timeout) << "more than overcommit x jobs in flight";
+  s.record(0, scheduled_record(n, 0));
+  ASSERT_EQ(over.wait_for(20s), std::future_status::ready);
+  EXPECT_EQ(over.get(), cpu_overcommit);
+  for (unsigned i = 1; i <= cpu_overcommit; ++i) s.record(i, scheduled_record(n, i));
 }
 
 }  // namespace
