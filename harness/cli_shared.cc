@@ -145,10 +145,11 @@ void add_common(CLI::App* sub, raw_args& a, bool with_faults) {
   sub->add_option("--jobs,-j", a.jobs, with_defaults("runs at once (default {jobs}; at most {max_jobs}; never more than there are runs)"))
       ->check(positive_count);
   sub->add_option("--schedule", a.schedule,
-                  "what a run in flight takes of --jobs: slots (its slots, one unless --slots, from its start to its "
-                  "end: never more than --jobs at once, as a rate measured at a parallelism needs) or cpu (its slots "
-                  "for its first 250 ms, then what its cgroup measures it using: runs that wait for a child, a lock or "
-                  "their timeout lend their slots, up to 4 x --jobs runs at once) (default " + a.schedule + ")");
+                  "what a run in flight takes of --jobs: declared (the CPU its scenario declares, in --jobs CPUs: "
+                  "scenarios that wait on their timeouts, children or locks declare little, so up to 4 x --jobs "
+                  "of them run at once; a command declares nothing and takes one job, as with slots), slots (its "
+                  "slots, one unless --slots, from its start to its end: never more than --jobs at once) or cpu "
+                  "(its slots for its first 250 ms, then what its cgroup measures it using) (default " + a.schedule + ")");
   sub->add_option("--seed", a.seed, "base seed S: run k gets S+k (default: from the clock, printed)");
   sub->add_option("--out,-o", a.out, with_defaults("output directory (default {out}; the last one given counts)"))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -241,7 +242,7 @@ settings resolve(const raw_args& a, std::uint64_t repeat_default) {
     throw usage_error{"--jobs " + std::to_string(a.jobs) + ": at most " + std::to_string(max_jobs) + " runs at once"};
   s.jobs = static_cast<unsigned>(a.jobs);
   auto schedule = schedule_kind_from_string(a.schedule);
-  if (!schedule) throw usage_error{"--schedule '" + a.schedule + "': expected slots or cpu"};
+  if (!schedule) throw usage_error{"--schedule '" + a.schedule + "': expected declared, slots or cpu"};
   s.schedule = *schedule;
   auto keep = keep_policy_from_string(a.keep);
   if (!keep) throw usage_error{"--keep '" + a.keep + "': expected failures, all or none"};
@@ -377,10 +378,15 @@ std::optional<campaign_result> perform(const std::vector<variant>& variants, set
     if (s.schedule == schedule_kind::cpu)
       ctx.err << "faultline: schedule cpu: " << s.jobs << (s.jobs == 1 ? " CPU" : " CPUs")
               << " of runs' measured use, up to " << std::min(max_jobs, s.jobs * cpu_overcommit) << " runs at once\n";
+    const unsigned declared_most = declared_most_in_flight(variants, s.jobs);
+    if (s.schedule == schedule_kind::declared && declared_most > s.jobs)
+      ctx.err << "faultline: schedule declared: " << s.jobs << (s.jobs == 1 ? " CPU" : " CPUs")
+              << " of the runs' declared use, up to " << declared_most << " runs at once\n";
     s.crash_used = to_string(used);
     ctx.err << "faultline: crash capture " << to_string(used);
     if (used == crash_capture::core) ctx.err << " (each crash's core dump is read: every thread's stack)";
-    const bool overlapping = s.jobs > 1 || s.schedule == schedule_kind::cpu;
+    const bool overlapping = s.jobs > 1 || s.schedule == schedule_kind::cpu ||
+                             (s.schedule == schedule_kind::declared && declared_most > 1);
     if (used == crash_capture::core && !in_run_dir && overlapping && !core_names_are_unique())
       ctx.err << " (" << shared_core_name_note << ")";
     if (!why.empty()) ctx.err << " (" << why << ")";

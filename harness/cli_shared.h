@@ -51,7 +51,7 @@ struct raw_args {
   std::string log_limit = size_text(default_log_limit_bytes);
   std::string keep = "failures";
   std::string crash = "auto";
-  std::string schedule = "slots";
+  std::string schedule = "declared";
   bool json = false, until_fail = false, no_stacks = false, all = false, resume = false, replace = false, late_cuda = false;
   std::vector<std::string> env, names;
   double target_rate = 0;

@@ -70,7 +70,8 @@ int list(bool json) {
       }
       out.push_back({{"name", s.name}, {"description", s.description},
                      {"timeout_ms", declared_timeout_ms(s, on_cuda)}, {"slots", s.slots}, {"bug_points", bugs},
-                     {"fault_space", s.fault_space}});
+                     {"fault_space", s.fault_space}, {"device", would_select_cuda() ? "cuda" : "sim"}});
+      if (s.cpu_percent > 0) out.back()["cpu_percent"] = s.cpu_percent;
     }
     std::printf("%s\n", out.dump(2).c_str());
     return 0;

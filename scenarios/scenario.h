@@ -70,6 +70,12 @@ struct scenario {
   /// `soak` start runs only while the slots of those in flight stay within --jobs, so `--jobs`
   /// = cores never puts more device contexts on the machine than it has cores.
   int slots = 1;
+  /// The CPU one run keeps busy on the host, in percent of a CPU (CTest's PROCESSORS for what
+  /// computes; 0: as many CPUs as slots). Most scenarios wait on their own timeouts, children and
+  /// locks: they declare little, and `run`, `verify` and `soak` (--schedule declared) start more of
+  /// them at once than --jobs, keeping the declared CPU in flight within --jobs CPUs. The figure
+  /// is the most any of its variants used, clean or bug (records/overhead/README.md).
+  int cpu_percent = 0;
   std::function<void(context&)> run;
   std::vector<bug_variant> bug_points;
   /// The faults the clean implementation must survive, from which `faultline soak` draws a spec

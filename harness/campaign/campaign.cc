@@ -245,10 +245,27 @@ std::optional<keep_policy> keep_policy_from_string(std::string_view s) noexcept 
   return std::nullopt;
 }
 
-std::string_view to_string(schedule_kind k) noexcept { return k == schedule_kind::cpu ? "cpu" : "slots"; }
+std::string_view to_string(schedule_kind k) noexcept {
+  switch (k) {
+    case schedule_kind::cpu: return "cpu";
+    case schedule_kind::declared: return "declared";
+    case schedule_kind::slots: break;
+  }
+  return "slots";
+}
+
+unsigned declared_most_in_flight(const std::vector<variant>& variants, unsigned jobs) {
+  jobs = std::max(1u, jobs);
+  unsigned least = jobs * 100;
+  for (const variant& v : variants) {
+    const unsigned declared = v.cpu_percent != 0 ? v.cpu_percent : std::clamp(v.slots, 1u, jobs) * 100;
+    least = std::min(least, std::clamp(declared, 1u, jobs * 100));
+  }
+  return std::max(1u, std::min({max_jobs, jobs * cpu_overcommit, jobs * 100 / least}));
+}
 
 std::optional<schedule_kind> schedule_kind_from_string(std::string_view s) noexcept {
-  for (schedule_kind k : {schedule_kind::slots, schedule_kind::cpu})
+  for (schedule_kind k : {schedule_kind::slots, schedule_kind::cpu, schedule_kind::declared})
     if (to_string(k) == s) return k;
   return std::nullopt;
 }

@@ -82,6 +82,13 @@ struct variant {
   /// only while the slots of the runs in flight plus its own stay within jobs (at most jobs each).
   /// Runs still start in run-number order: a wide run waits for room rather than being overtaken.
   unsigned slots = 1;
+  /// The CPU one run keeps busy, in percent of a CPU, with schedule_kind::declared (a catalog
+  /// entry's declaration, as CTest's PROCESSORS: most of the catalog waits on its own timeouts,
+  /// children and locks and declares little); 0: its slots x 100, as for a command, which says
+  /// nothing of itself.
+  unsigned cpu_percent = 0;
+  /// Whether its slots are device contexts (a catalog entry on the sim device: not).
+  bool slots_are_devices = true;
   /// The options of the command line that made it which change what its runs do (timeout, env,
   /// preload, crash capture), as a replay gives them again: recorded in each run's `replay`.
   std::vector<std::string> replay;
@@ -114,9 +121,15 @@ enum class schedule_kind {
   /// (its stacks, its cores) counts one; at most cpu_overcommit x jobs runs are in flight. A run without a cgroup of its own
   /// (no cgroup containment) is never measured and takes its slots throughout, as with `slots`.
   cpu,
+  /// A run takes the CPU its variant declares (variant::cpu_percent; a command: its slots) of
+  /// jobs x 100%, from its start to its record, so runs that declare that they wait share the
+  /// machine with those that compute; at most cpu_overcommit x jobs runs are in flight. Its slots
+  /// still count against jobs where they are device contexts (variant::slots_are_devices).
+  /// Nothing is measured: the same options give the same schedule on any machine.
+  declared,
 };
 
-/// "slots", "cpu".
+/// "slots", "cpu", "declared".
 std::string_view to_string(schedule_kind k) noexcept;
 /// Inverse of to_string; nullopt for anything else.
 std::optional<schedule_kind> schedule_kind_from_string(std::string_view s) noexcept;
@@ -129,6 +142,11 @@ std::optional<schedule_kind> schedule_kind_from_string(std::string_view s) noexc
 inline constexpr std::chrono::milliseconds cpu_lend_after{250};
 inline constexpr std::chrono::milliseconds cpu_sample_period{50};
 inline constexpr unsigned cpu_overcommit = 4;
+
+/// schedule_kind::declared: the most runs of `variants` in flight at once within `jobs` CPUs: as
+/// many as the smallest declaration lets fit (a command's 100%: jobs), at most cpu_overcommit x
+/// jobs and max_jobs.
+unsigned declared_most_in_flight(const std::vector<variant>& variants, unsigned jobs);
 
 /// How to run the campaign.
 struct campaign_options {

@@ -36,6 +36,12 @@ core::result<std::vector<scenario_info>> parse_catalog(std::string_view json_tex
         return core::status(core::errc::corrupt, info.name + ": slots " + std::to_string(slots) + " is not in 1.." +
                                                      std::to_string(max_jobs));
       info.slots = static_cast<unsigned>(slots);
+      const auto cpu = s.value("cpu_percent", std::int64_t{0});
+      if (cpu < 0 || cpu > static_cast<std::int64_t>(max_jobs) * 100)
+        return core::status(core::errc::corrupt, info.name + ": cpu_percent " + std::to_string(cpu) + " is not in 0.." +
+                                                     std::to_string(max_jobs * 100));
+      info.cpu_percent = static_cast<unsigned>(cpu);
+      info.slots_are_devices = s.value("device", std::string("cuda")) != "sim";
       for (const auto& b : s.value("bug_points", nlohmann::json::array())) {
         bug_point bp{b.at("point").get<std::string>(), b.at("faults").get<std::string>(), b.value("detect_rate", 1.0)};
         if (!(bp.detect_rate >= 0.0 && bp.detect_rate <= 1.0))
@@ -101,7 +107,7 @@ nlohmann::json to_json(const std::vector<scenario_info>& catalog) {
   for (const auto& s : catalog) {
     auto bps = nlohmann::json::array();
     for (const auto& b : s.bug_points) bps.push_back({{"point", b.point}, {"faults", b.faults}, {"detect_rate", b.detect_rate}});
-    arr.push_back({{"name", s.name}, {"description", s.description}, {"timeout_ms", s.timeout.count()}, {"slots", s.slots}, {"bug_points", bps},
+    arr.push_back({{"name", s.name}, {"description", s.description}, {"timeout_ms", s.timeout.count()}, {"slots", s.slots}, {"cpu_percent", s.cpu_percent}, {"device", s.slots_are_devices ? "cuda" : "sim"}, {"bug_points", bps},
                    {"fault_space", s.fault_space}});
   }
   return arr;

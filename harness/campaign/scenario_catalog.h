@@ -4,6 +4,7 @@
 // environment variable FAULTLINE_SCENARIOS overrides the path). Its contract:
 //   faultline-scenarios list --json   prints a JSON array of
 //       {"name": "exit/static-pool", "description": "...", "timeout_ms": 20000, "slots": 1,  (optional, >= 1)
+//        "cpu_percent": 10, "device": "sim",                                            (optional)
 //        "bug_points": [{"point": "bug/alloc/no-exit-guard", "faults": "<spec>", "detect_rate": 0.95}],
 //        "fault_space": ["sim/stream/op=1..20%delay(10us..2ms)", ...]}     (optional)
 //   faultline-scenarios run NAME      runs one scenario in-process, reading FAULTLINE_SEED,
@@ -43,6 +44,11 @@ struct scenario_info {
   std::chrono::milliseconds timeout{catalog_fallback_timeout};
   /// The share of --jobs one run takes (processes with a device context at once); variant::slots.
   unsigned slots = 1;
+  /// The CPU one run keeps busy, in percent (0: undeclared, its slots x 100); variant::cpu_percent.
+  unsigned cpu_percent = 0;
+  /// Whether its slots are device contexts: false only where the catalog says its device is the
+  /// simulated one ("device": "sim"). variant::slots_are_devices.
+  bool slots_are_devices = true;
   std::vector<bug_point> bug_points;
   /// The faults a soak draws from (harness/campaign/fault_space.h); empty: the soak varies only seeds.
   std::vector<std::string> fault_space;

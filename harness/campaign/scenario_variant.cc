@@ -15,6 +15,8 @@ variant scenario_variant(const scenario_info& sc, std::string name, std::string 
   v.env = std::move(env);
   v.in_run_dir = true;
   v.slots = sc.slots;
+  v.cpu_percent = sc.cpu_percent;
+  v.slots_are_devices = sc.slots_are_devices;
   return v;
 }
 

@@ -247,6 +247,7 @@ void register_exit_scenarios(registry& r) {
   add({.name = "exit/static-pool",
        .description = "per-device pool map destroyed at exit after the runtime teardown (RMM #2367)",
        .timeout_ms = 20000,
+       .cpu_percent = 25,
        .run = static_pool,
        .bug_points = {{.point = "bug/alloc/no-exit-guard",
                        .faults = "bug/alloc/no-exit-guard=print",
@@ -256,6 +257,7 @@ void register_exit_scenarios(registry& r) {
   add({.name = "exit/thread-in-flight",
        .description = "threads inside device calls while the process exits (RMM #2367, 60% SIGSEGV)",
        .timeout_ms = 20000,
+       .cpu_percent = 50,
        .run = thread_in_flight,
        .bug_points = {{.point = "bug/alloc/no-drain",
                        .faults = "bug/alloc/no-drain=print;sim/call/after-unloading-check=delay(20ms);"
@@ -275,6 +277,7 @@ void register_exit_scenarios(registry& r) {
   add({.name = "exit/early-reset",
        .description = "device context reset under a live pool, then the pool is used and destroyed",
        .timeout_ms = 20000,
+       .cpu_percent = 25,
        .run = early_reset,
        .bug_points = {{.point = "bug/alloc/no-epoch-guard",
                        .faults = "bug/alloc/no-epoch-guard=print",

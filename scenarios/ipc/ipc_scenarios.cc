@@ -936,6 +936,7 @@ void register_ipc_scenarios(registry& r) {
        .timeout_ms = registered_timeout_ms,
        .cuda_timeout_ms = cuda_timeout_ms,
        .slots = 3,  // the parent and two children (A, B and C in the chain), each with a context
+       .cpu_percent = 25,
        .run = slow_child,
        .bug_points = {{.point = "bug/ipc/unchecked-join",
                        .faults = "bug/ipc/unchecked-join=print",
@@ -951,6 +952,7 @@ void register_ipc_scenarios(registry& r) {
        .timeout_ms = registered_timeout_ms,
        .cuda_timeout_ms = cuda_timeout_ms,
        .slots = 3,  // the parent and two children (A, B and C in the chain), each with a context
+       .cpu_percent = 25,
        .run = child_killed_holding_import,
        .bug_points = {{.point = "bug/ipc/close-before-kill",
                        .faults = "bug/ipc/close-before-kill=print",
@@ -962,6 +964,7 @@ void register_ipc_scenarios(registry& r) {
        .timeout_ms = registered_timeout_ms,
        .cuda_timeout_ms = cuda_timeout_ms,
        .slots = 3,  // the parent and two children (A, B and C in the chain), each with a context
+       .cpu_percent = 25,
        .run = reexport_chain,
        .bug_points = {{.point = "bug/ipc/dropped-event-wait",
                        .faults = "bug/ipc/dropped-event-wait=print",

@@ -24,6 +24,13 @@ std::uint64_t passes_to_keep(const campaign_options& o) {
 
 unsigned run_numbering::slots_of(std::uint64_t k) const { return std::clamp(variant_of(k).slots, 1u, o_.jobs); }
 
+unsigned run_numbering::cpu_of(std::uint64_t k) const { return cpu_of(variant_of(k)); }
+
+unsigned run_numbering::cpu_of(const variant& v) const {
+  const unsigned declared = v.cpu_percent != 0 ? v.cpu_percent : std::clamp(v.slots, 1u, o_.jobs) * 100;
+  return std::clamp(declared, 1u, o_.jobs * 100);
+}
+
 campaign_tally::campaign_tally(const campaign_options& o)
     : shard_count_(o.part.count), summary_(summary_keys(o)), passes_kept_(o.variants.size(), 0) {}
 
@@ -57,7 +64,9 @@ bool run_scheduler::checkpoint_due() const {
 }
 
 unsigned run_scheduler::most_in_flight() const {
-  return o_.schedule == schedule_kind::cpu ? std::min(max_jobs, o_.jobs * cpu_overcommit) : o_.jobs;
+  if (o_.schedule == schedule_kind::cpu) return std::min(max_jobs, o_.jobs * cpu_overcommit);
+  if (o_.schedule != schedule_kind::declared) return o_.jobs;
+  return declared_most_in_flight(o_.variants, o_.jobs);
 }
 
 // The slots the runs in flight take now (schedule_kind::cpu): a run counts its slots until it has
@@ -90,7 +99,13 @@ double run_scheduler::measured_slots() {
   return used;
 }
 
-bool run_scheduler::room_for(unsigned slots) {
+bool run_scheduler::room_for(std::uint64_t k) {
+  const unsigned slots = numbering_.slots_of(k);
+  if (o_.schedule == schedule_kind::declared) {
+    if (in_flight_ == 0) return true;
+    if (in_flight_ >= most_in_flight() || cpu_in_use_ + numbering_.cpu_of(k) > o_.jobs * 100) return false;
+    return !numbering_.variant_of(k).slots_are_devices || slots_in_use_ + slots <= o_.jobs;
+  }
   if (slots_in_use_ + slots <= o_.jobs) return true;
   if (o_.schedule != schedule_kind::cpu || in_flight_ >= most_in_flight()) return false;
   return measured_slots() + slots <= o_.jobs;
@@ -107,7 +122,7 @@ std::optional<std::uint64_t> run_scheduler::claim(run_cpu_use* use) {
       return std::nullopt;
     }
     const bool due = checkpoint_due();
-    if (!due && !checkpointing_ && room_for(numbering_.slots_of(next_))) break;
+    if (!due && !checkpointing_ && room_for(next_)) break;
     if (due && !checkpointing_ && in_flight_ == 0) {
       run_checkpoint(lock);
       continue;
@@ -117,6 +132,7 @@ std::optional<std::uint64_t> run_scheduler::claim(run_cpu_use* use) {
   const std::uint64_t k = next_++;
   ++in_flight_;
   slots_in_use_ += numbering_.slots_of(k);
+  cpu_in_use_ += numbering_.cpu_of(k);
   if (use) use->begin();  // not the thread's last run, which was ending
   if (o_.schedule == schedule_kind::cpu) flights_.push_back({.k = k, .slots = numbering_.slots_of(k), .use = use, .first = {}, .last = {}, .cpus = 0, .cpus_before = 0});
   return k;
@@ -146,6 +162,7 @@ bool run_scheduler::keep_pass(std::uint64_t k) {
 void run_scheduler::end_run(std::uint64_t k) {
   --in_flight_;
   slots_in_use_ -= numbering_.slots_of(k);
+  cpu_in_use_ -= numbering_.cpu_of(k);
   std::erase_if(flights_, [k](const flight& f) { return f.k == k; });
   idle_.notify_all();  // a checkpoint waiting for no run in flight, a wide run for room
 }

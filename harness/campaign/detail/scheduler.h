@@ -52,6 +52,10 @@ class run_numbering {
   }
   /// The share of jobs run k takes: its variant's slots, within 1..jobs.
   [[nodiscard]] unsigned slots_of(std::uint64_t k) const;
+  /// The CPU run k declares (schedule_kind::declared), in percent: its variant's cpu_percent, else
+  /// its slots x 100; within 1..jobs x 100.
+  [[nodiscard]] unsigned cpu_of(std::uint64_t k) const;
+  [[nodiscard]] unsigned cpu_of(const variant& v) const;
 
  private:
   const campaign_options& o_;
@@ -82,7 +86,8 @@ class campaign_tally {
 /// options' jobs (a wide run waits for room rather than being overtaken), never while a
 /// checkpoint is due or running: after every checkpoint_runs runs recorded, the first thread to
 /// see no run in flight runs the checkpoint, outside the lock, while the others wait.
-/// With schedule_kind::cpu the slots in flight are what the runs' cgroups measure them using
+/// With schedule_kind::declared a run takes its declared CPU of jobs x 100% (and its slots, where
+/// they are device contexts). With schedule_kind::cpu the slots in flight are what the runs' cgroups measure them using
 /// (campaign.h), sampled every cpu_sample_period by a claim that waits for room.
 class run_scheduler {
  public:
@@ -130,7 +135,7 @@ class run_scheduler {
     std::optional<run_cpu_use::sample> first, last;  // first: when its measurement began
     double cpus = 0, cpus_before = 0;                 // the last two windows' use, in CPUs
   };
-  bool room_for(unsigned slots);
+  bool room_for(std::uint64_t k);
   double measured_slots();
 
   const campaign_options& o_;
@@ -142,7 +147,7 @@ class run_scheduler {
   std::condition_variable idle_;  // a run ended or a checkpoint did: a waiting claim looks again
   campaign_tally tally_;
   std::uint64_t next_ = 0;  // the lowest run number not claimed
-  unsigned in_flight_ = 0, slots_in_use_ = 0;
+  unsigned in_flight_ = 0, slots_in_use_ = 0, cpu_in_use_ = 0;
   std::vector<flight> flights_;  // schedule_kind::cpu only
   std::uint64_t since_checkpoint_ = 0;
   bool checkpointing_ = false;
