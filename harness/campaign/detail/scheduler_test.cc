@@ -121,6 +121,71 @@ TEST(run_scheduler, a_wide_run_waits_for_room_and_is_not_overtaken) {
   EXPECT_EQ(s.claim(), std::nullopt);
 }
 
+// schedule_kind::declared: two variants declaring `a_cpu` and `b_cpu` percent, on the sim device
+// (slots not device contexts) unless `devices`.
+campaign_options declared(std::uint64_t repeat, unsigned jobs, unsigned a_cpu, unsigned b_cpu, bool devices = false,
+                          unsigned b_slots = 1) {
+  campaign_options o = two_variants(repeat, jobs, b_slots);
+  o.schedule = schedule_kind::declared;
+  o.variants[0].cpu_percent = a_cpu;
+  o.variants[1].cpu_percent = b_cpu;
+  for (auto& v : o.variants) v.slots_are_devices = devices;
+  return o;
+}
+
+TEST(run_scheduler, declared_schedule_runs_waiting_scenarios_beside_each_other) {
+  campaign_options o = declared(8, 2, 25, 25);  // 8 x 25% fill 2 CPUs, and 4 x jobs is 8
+  run_numbering n(o);
+  run_scheduler s(o, n, campaign_tally(o), nullptr);
+  EXPECT_EQ(s.most_in_flight(), 8u);
+  for (std::uint64_t k = 0; k < 8; ++k) ASSERT_EQ(s.claim(), k);
+  auto ninth = claim_later(s);
+  EXPECT_TRUE(still_waiting(ninth)) << "2 CPUs of 25% runs are full";
+  s.record(3, scheduled_record(n, 3));
+  EXPECT_EQ(ninth.get(), 8u);
+}
+
+TEST(run_scheduler, declared_schedule_runs_what_computes_alone_and_in_order) {
+  campaign_options o = declared(2, 2, 25, 300);  // b declares more than the machine: all of it
+  run_numbering n(o);
+  EXPECT_EQ(n.cpu_of(1), 200u);
+  run_scheduler s(o, n, campaign_tally(o), nullptr);
+  ASSERT_EQ(s.claim(), 0u);
+  auto computing = claim_later(s);
+  EXPECT_TRUE(still_waiting(computing)) << "run 1 needs both CPUs while run 0 holds a quarter of one";
+  s.record(0, scheduled_record(n, 0));
+  EXPECT_EQ(computing.get(), 1u);
+  auto next = claim_later(s);
+  EXPECT_TRUE(still_waiting(next)) << "run 2 waits for run 1, which holds every CPU";
+  s.record(1, scheduled_record(n, 1));
+  EXPECT_EQ(next.get(), 2u);
+}
+
+TEST(run_scheduler, declared_schedule_still_bounds_device_contexts_by_jobs) {
+  campaign_options o = declared(2, 2, 25, 25, /*devices=*/true, /*b_slots=*/2);
+  run_numbering n(o);
+  run_scheduler s(o, n, campaign_tally(o), nullptr);
+  ASSERT_EQ(s.claim(), 0u);
+  auto wide = claim_later(s);
+  EXPECT_TRUE(still_waiting(wide)) << "run 1's two contexts and run 0's one are more than jobs";
+  s.record(0, scheduled_record(n, 0));
+  EXPECT_EQ(wide.get(), 1u);
+}
+
+TEST(run_scheduler, declared_schedule_gives_a_command_that_declares_nothing_one_job) {
+  campaign_options o = declared(3, 2, 0, 0, /*devices=*/true);
+  run_numbering n(o);
+  EXPECT_EQ(n.cpu_of(0), 100u);
+  run_scheduler s(o, n, campaign_tally(o), nullptr);
+  EXPECT_EQ(s.most_in_flight(), 2u);
+  ASSERT_EQ(s.claim(), 0u);
+  ASSERT_EQ(s.claim(), 1u);
+  auto third = claim_later(s);
+  EXPECT_TRUE(still_waiting(third)) << "two commands at --jobs 2, as with slots";
+  s.abandon(0);
+  EXPECT_EQ(third.get(), 2u);
+}
+
 TEST(run_scheduler, a_checkpoint_waits_for_the_runs_in_flight_and_holds_new_runs_back) {
   campaign_options o = two_variants(3, 2);
   std::atomic<int> checkpoints{0};
