@@ -111,25 +111,46 @@ bool run_scheduler::room_for(std::uint64_t k) {
   return measured_slots() + slots <= o_.jobs;
 }
 
+std::optional<std::uint64_t> run_scheduler::overtaker(std::uint64_t total) {
+  if (o_.schedule != schedule_kind::declared) return std::nullopt;
+  unsigned looked = 0;
+  for (std::uint64_t j = next_ + 1; j < total && looked < most_in_flight(); ++j) {
+    if (!numbering_.owns(j) || is_recorded(j) || ahead_.count(j)) continue;
+    ++looked;
+    if (room_for(j)) return j;
+  }
+  return std::nullopt;
+}
+
 std::optional<std::uint64_t> run_scheduler::claim(run_cpu_use* use) {
   std::unique_lock lock(mu_);
+  std::uint64_t k = 0;
   for (;;) {
     const std::uint64_t total = numbering_.total();
-    while (next_ < total && (!numbering_.owns(next_) || is_recorded(next_))) ++next_;
+    while (next_ < total && (!numbering_.owns(next_) || is_recorded(next_) || ahead_.erase(next_) != 0)) ++next_;
     if (stop_ || next_ >= total || (o_.cancel && o_.cancel->load())) return std::nullopt;
     if (o_.deadline && std::chrono::steady_clock::now() >= *o_.deadline) {
       deadline_reached_ = true;
       return std::nullopt;
     }
     const bool due = checkpoint_due();
-    if (!due && !checkpointing_ && room_for(next_)) break;
+    if (!due && !checkpointing_) {
+      if (room_for(next_)) {
+        k = next_++;
+        break;
+      }
+      if (auto later = overtaker(total)) {
+        k = *later;
+        ahead_.insert(k);
+        break;
+      }
+    }
     if (due && !checkpointing_ && in_flight_ == 0) {
       run_checkpoint(lock);
       continue;
     }
     idle_.wait_for(lock, o_.schedule == schedule_kind::cpu ? cpu_sample_period : std::chrono::milliseconds(100));
   }
-  const std::uint64_t k = next_++;
   ++in_flight_;
   slots_in_use_ += numbering_.slots_of(k);
   cpu_in_use_ += numbering_.cpu_of(k);

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -83,7 +84,10 @@ class campaign_tally {
 
 /// Hands a campaign's runs to its worker threads in run-number order, skipping other shards' and
 /// those already recorded. A run starts only while the slots in flight and its own fit in the
-/// options' jobs (a wide run waits for room rather than being overtaken), never while a
+/// options' jobs (a wide run waits for room rather than being overtaken; with
+/// schedule_kind::declared, a run among the next most_in_flight() that fits may start while it
+/// waits, so one that computes does not drain the machine of those that wait: it starts at the
+/// latest once those are claimed), never while a
 /// checkpoint is due or running: after every checkpoint_runs runs recorded, the first thread to
 /// see no run in flight runs the checkpoint, outside the lock, while the others wait.
 /// With schedule_kind::declared a run takes its declared CPU of jobs x 100% (and its slots, where
@@ -136,6 +140,7 @@ class run_scheduler {
     double cpus = 0, cpus_before = 0;                 // the last two windows' use, in CPUs
   };
   bool room_for(std::uint64_t k);
+  std::optional<std::uint64_t> overtaker(std::uint64_t total);
   double measured_slots();
 
   const campaign_options& o_;
@@ -147,6 +152,9 @@ class run_scheduler {
   std::condition_variable idle_;  // a run ended or a checkpoint did: a waiting claim looks again
   campaign_tally tally_;
   std::uint64_t next_ = 0;  // the lowest run number not claimed
+  // schedule_kind::declared: runs claimed ahead of next_ (a run that fits, taken while the run at
+  // next_ waits for room), at most most_in_flight() candidates past it.
+  std::set<std::uint64_t> ahead_;
   unsigned in_flight_ = 0, slots_in_use_ = 0, cpu_in_use_ = 0;
   std::vector<flight> flights_;  // schedule_kind::cpu only
   std::uint64_t since_checkpoint_ = 0;

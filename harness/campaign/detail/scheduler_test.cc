@@ -145,20 +145,56 @@ TEST(run_scheduler, declared_schedule_runs_waiting_scenarios_beside_each_other) 
   EXPECT_EQ(ninth.get(), 8u);
 }
 
-TEST(run_scheduler, declared_schedule_runs_what_computes_alone_and_in_order) {
-  campaign_options o = declared(2, 2, 25, 300);  // b declares more than the machine: all of it
+TEST(run_scheduler, declared_schedule_runs_what_computes_alone_and_lets_waiting_runs_go_first) {
+  campaign_options o = declared(3, 2, 25, 300);  // runs a b a b a b; b declares more than the machine
   run_numbering n(o);
   EXPECT_EQ(n.cpu_of(1), 200u);
   run_scheduler s(o, n, campaign_tally(o), nullptr);
   ASSERT_EQ(s.claim(), 0u);
+  // Run 1 needs both CPUs while run 0 holds a quarter of one: the runs after it that fit go
+  // first, rather than the machine draining for it.
+  ASSERT_EQ(s.claim(), 2u);
+  ASSERT_EQ(s.claim(), 4u);
   auto computing = claim_later(s);
-  EXPECT_TRUE(still_waiting(computing)) << "run 1 needs both CPUs while run 0 holds a quarter of one";
+  EXPECT_TRUE(still_waiting(computing)) << "no run left that fits beside runs 0, 2 and 4";
   s.record(0, scheduled_record(n, 0));
+  s.record(4, scheduled_record(n, 4));
+  EXPECT_TRUE(still_waiting(computing)) << "run 2 still holds a quarter";
+  s.record(2, scheduled_record(n, 2));
   EXPECT_EQ(computing.get(), 1u);
   auto next = claim_later(s);
-  EXPECT_TRUE(still_waiting(next)) << "run 2 waits for run 1, which holds every CPU";
+  EXPECT_TRUE(still_waiting(next)) << "run 3 waits for run 1, which holds every CPU";
   s.record(1, scheduled_record(n, 1));
-  EXPECT_EQ(next.get(), 2u);
+  EXPECT_EQ(next.get(), 3u);
+  s.record(3, scheduled_record(n, 3));
+  EXPECT_EQ(s.claim(), 5u);
+  s.record(5, scheduled_record(n, 5));
+  EXPECT_EQ(s.claim(), std::nullopt);
+  EXPECT_EQ(s.performed(), 6u);
+}
+
+TEST(run_scheduler, declared_schedule_overtakes_only_within_a_window) {
+  // 1 job: 4 x 25% fill it, and 4 x jobs is 4; b (100%) waits at run 1. Runs past it are
+  // looked at only 4 deep, so a long row of small runs cannot keep it waiting for ever.
+  campaign_options o = declared(6, 1, 25, 100);
+  run_numbering n(o);
+  run_scheduler s(o, n, campaign_tally(o), nullptr);
+  EXPECT_EQ(s.most_in_flight(), 4u);
+  ASSERT_EQ(s.claim(), 0u);
+  ASSERT_EQ(s.claim(), 2u);
+  ASSERT_EQ(s.claim(), 4u);
+  ASSERT_EQ(s.claim(), 6u);
+  s.record(0, scheduled_record(n, 0));
+  // Runs 2, 4 and 6 are claimed; the window past run 1 (2 .. 9) holds 8, which fits.
+  ASSERT_EQ(s.claim(), 8u);
+  s.record(2, scheduled_record(n, 2));
+  auto later = claim_later(s);
+  // 10 is past the window (3, 5, 7, 9 are b's, counted; 10 is the fifth candidate): not taken.
+  EXPECT_TRUE(still_waiting(later));
+  s.record(4, scheduled_record(n, 4));
+  s.record(6, scheduled_record(n, 6));
+  s.record(8, scheduled_record(n, 8));
+  EXPECT_EQ(later.get(), 1u);
 }
 
 TEST(run_scheduler, declared_schedule_still_bounds_device_contexts_by_jobs) {
@@ -166,9 +202,12 @@ TEST(run_scheduler, declared_schedule_still_bounds_device_contexts_by_jobs) {
   run_numbering n(o);
   run_scheduler s(o, n, campaign_tally(o), nullptr);
   ASSERT_EQ(s.claim(), 0u);
+  ASSERT_EQ(s.claim(), 2u);  // one context beside run 0's: it fits, run 1 does not
   auto wide = claim_later(s);
-  EXPECT_TRUE(still_waiting(wide)) << "run 1's two contexts and run 0's one are more than jobs";
+  EXPECT_TRUE(still_waiting(wide)) << "run 1's two contexts and runs 0 and 2's are more than jobs";
   s.record(0, scheduled_record(n, 0));
+  EXPECT_TRUE(still_waiting(wide)) << "run 2 still holds a context";
+  s.record(2, scheduled_record(n, 2));
   EXPECT_EQ(wide.get(), 1u);
 }
 
