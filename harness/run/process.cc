@@ -8,11 +8,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <shared_mutex>
 #include <set>
@@ -334,6 +336,16 @@ void reap_strays() {
     int status;
     ::waitpid(p.pid, &status, WNOHANG);
   }
+}
+
+void reap_strays_at_most_every(std::chrono::milliseconds period) {
+  static std::atomic<std::int64_t> last{std::numeric_limits<std::int64_t>::min() / 2};
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch()).count();
+  std::int64_t before = last.load(std::memory_order_relaxed);
+  if (now - before < std::chrono::duration_cast<std::chrono::nanoseconds>(period).count()) return;
+  if (!last.compare_exchange_strong(before, now, std::memory_order_relaxed)) return;  // another thread is at it
+  reap_strays();
 }
 
 std::vector<pid_t> stray_children() {

@@ -551,7 +551,7 @@ run_report run_once(const run_request& rq) {
   ev.crash_stacks_path = run.crash_stacks;
   step(rep.steps.cores);
   tree.reap();
-  reap_strays();
+  reap_strays_at_most_every(std::chrono::milliseconds(20));
   step(rep.steps.reap);
   finish_output(run, end_of_run);
   step(rep.steps.output);
