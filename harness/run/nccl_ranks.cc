@@ -195,7 +195,10 @@ std::pair<std::uint64_t, front_found> run_front(const std::vector<nccl_rank_file
 // issue it or its ring no longer holds it.
 std::string front_call_of(const nccl_rank_file& f, std::uint64_t comm, std::uint64_t number, bool& issued) {
   issued = false;
-  for (const comm_view& v : views_of({f}, comm)) {
+  // The views point into this vector: it must outlive the loop (a `{f}` made in the range
+  // expression is gone before the body runs).
+  const std::vector<nccl_rank_file> one{f};
+  for (const comm_view& v : views_of(one, comm)) {
     if (v.issued < number) return "";
     issued = true;
     auto e = v.by_number.find(number);
