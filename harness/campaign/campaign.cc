@@ -254,13 +254,16 @@ std::string_view to_string(schedule_kind k) noexcept {
   return "slots";
 }
 
+unsigned declared_cpu_percent(const variant& v, unsigned jobs) {
+  jobs = std::max(1u, jobs);
+  const unsigned declared = v.cpu_percent != 0 ? v.cpu_percent : std::clamp(v.slots, 1u, jobs) * 100;
+  return std::clamp(declared, 1u, jobs * 100);
+}
+
 unsigned declared_most_in_flight(const std::vector<variant>& variants, unsigned jobs) {
   jobs = std::max(1u, jobs);
   unsigned least = jobs * 100;
-  for (const variant& v : variants) {
-    const unsigned declared = v.cpu_percent != 0 ? v.cpu_percent : std::clamp(v.slots, 1u, jobs) * 100;
-    least = std::min(least, std::clamp(declared, 1u, jobs * 100));
-  }
+  for (const variant& v : variants) least = std::min(least, declared_cpu_percent(v, jobs));
   return std::max(1u, std::min({max_jobs, jobs * cpu_overcommit, jobs * 100 / least}));
 }
 

@@ -143,6 +143,10 @@ inline constexpr std::chrono::milliseconds cpu_lend_after{250};
 inline constexpr std::chrono::milliseconds cpu_sample_period{50};
 inline constexpr unsigned cpu_overcommit = 4;
 
+/// schedule_kind::declared: the CPU one run of `v` takes, in percent: its cpu_percent, else its
+/// slots (within 1..jobs) x 100; within 1..jobs x 100.
+unsigned declared_cpu_percent(const variant& v, unsigned jobs);
+
 /// schedule_kind::declared: the most runs of `variants` in flight at once within `jobs` CPUs: as
 /// many as the smallest declaration lets fit (a command's 100%: jobs), at most cpu_overcommit x
 /// jobs and max_jobs.

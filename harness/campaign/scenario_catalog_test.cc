@@ -49,6 +49,23 @@ TEST(scenario_catalog, slots_default_to_one_and_a_bad_count_is_refused) {
   }
 }
 
+TEST(scenario_catalog, cpu_and_device_are_read_and_a_bad_cpu_is_refused) {
+  auto c = harness::parse_catalog(R"([{"name": "a/x", "cpu_percent": 25, "device": "sim"}, {"name": "a/y"}])");
+  ASSERT_TRUE(c.has_value()) << c.error().to_string();
+  EXPECT_EQ((*c)[0].cpu_percent, 25u);
+  EXPECT_FALSE((*c)[0].slots_are_devices);
+  EXPECT_EQ((*c)[1].cpu_percent, 0u);  // undeclared: the scheduler takes its slots
+  EXPECT_TRUE((*c)[1].slots_are_devices);  // no device named: treated as a real one
+  EXPECT_EQ(harness::to_json(*c)[0]["cpu_percent"], 25);
+  EXPECT_EQ(harness::to_json(*c)[0]["device"], "sim");
+  for (const char* bad : {R"([{"name": "a/x", "cpu_percent": -1}])", R"([{"name": "a/x", "cpu_percent": 999999}])",
+                          R"([{"name": "a/x", "cpu_percent": "25"}])"}) {
+    auto r = harness::parse_catalog(bad);
+    ASSERT_FALSE(r.has_value()) << bad;
+    EXPECT_EQ(r.error().code(), faultline::core::errc::corrupt) << bad;
+  }
+}
+
 TEST(scenario_catalog, a_malformed_fault_space_is_refused_naming_the_scenario) {
   auto c = harness::parse_catalog(R"([{"name": "exit/x", "fault_space": ["bug/alloc/no-drain=print"]}])");
   ASSERT_FALSE(c.has_value());

@@ -26,10 +26,7 @@ unsigned run_numbering::slots_of(std::uint64_t k) const { return std::clamp(vari
 
 unsigned run_numbering::cpu_of(std::uint64_t k) const { return cpu_of(variant_of(k)); }
 
-unsigned run_numbering::cpu_of(const variant& v) const {
-  const unsigned declared = v.cpu_percent != 0 ? v.cpu_percent : std::clamp(v.slots, 1u, o_.jobs) * 100;
-  return std::clamp(declared, 1u, o_.jobs * 100);
-}
+unsigned run_numbering::cpu_of(const variant& v) const { return declared_cpu_percent(v, o_.jobs); }
 
 campaign_tally::campaign_tally(const campaign_options& o)
     : shard_count_(o.part.count), summary_(summary_keys(o)), passes_kept_(o.variants.size(), 0) {}
