@@ -398,6 +398,12 @@ void region::unlock_guard(lock_guard& g) noexcept {
 
 result<region::lock_guard> region::lock() {
   if (h_ == nullptr) return status(errc::refused, where(path_) + "detached");
+  // The region's mutex is robust and process-shared, never priority-inheriting or -protecting. A
+  // file that says otherwise (corrupt or foreign) is refused here: glibc asserts on a
+  // priority-protect mutex with an out-of-range ceiling (the fuzzer found it).
+  constexpr int prio_protocols = 0x20 | 0x40;  // PTHREAD_MUTEX_PRIO_INHERIT_NP | PTHREAD_MUTEX_PRIO_PROTECT_NP
+  if ((__atomic_load_n(&h_->mutex.__data.__kind, __ATOMIC_RELAXED) & prio_protocols) != 0)
+    return status(errc::corrupt, where(path_) + "its lock is not the robust process-shared mutex a region has; recreate the region");
   const bool stale_bug = FAULTLINE_BUG("bug/accounting/stale-deadline");
   const auto bound_end = clock_type::now() + opt_.lock_bound;
   // Pre-fix (bug point): one deadline for every wait, so after the first slice every wait
